@@ -1,0 +1,49 @@
+"""Notice a client that went away while we wait on the upstream, and stop waiting at once.
+
+Starlette's StreamingResponse (ASGI 2.4) only learns of a disconnect when its next write fails,
+so a client that leaves during a long prefill would keep the engine busy until the first token.
+This watch listens on ``receive`` and cancels the request task; closing the upstream connection
+in the caller's ``finally`` then makes vLLM abort the request and free its KV blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import TracebackType
+
+from starlette.types import Receive
+
+
+class DisconnectWatch:
+    __slots__ = ("_receive", "_task", "_watcher", "finished", "gone")
+
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        self._task: asyncio.Task[object] | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self.finished = False  # set before the last write: the server then reports a disconnect itself
+        self.gone = False
+
+    async def __aenter__(self) -> DisconnectWatch:
+        self._task = asyncio.current_task()
+        self._watcher = asyncio.get_running_loop().create_task(self._watch())
+        return self
+
+    async def _watch(self) -> None:
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                if not self.finished and self._task is not None:
+                    self.gone = True
+                    self._task.cancel()
+                return
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        assert self._watcher is not None and self._task is not None
+        self._watcher.cancel()
+        if self.gone and exc_type is asyncio.CancelledError:
+            self._task.uncancel()
+            return True
+        return False

@@ -1,0 +1,148 @@
+"""One upstream exchange, relayed to the client as it arrives.
+
+Returned by a route as its response: the ASGI call sends the request to the chosen replica and
+relays the answer. Streamed chunks go out as the upstream sent them (no re-framing, no
+re-serializing); a stream that breaks after its first byte ends with an SSE error event, since
+the status line is already gone; a client that leaves closes the upstream connection at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from time import perf_counter
+
+from starlette.types import Receive, Scope, Send
+
+from proxy.disconnect import DisconnectWatch
+from proxy.errors import OpenAIError, sse_error_event
+from proxy.metrics import Metrics
+from proxy.transport import Reply, UpstreamBroken, UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from proxy.upstream import Pool, Replica
+
+CLIENT_CLOSED = 499  # nginx's code for "client closed the request", used in metrics only
+_DONE = b"data: [DONE]"
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),  # tell nginx-style proxies in front not to buffer the stream
+]
+
+
+def _failure(error: UpstreamError, pool: Pool) -> OpenAIError:
+    if isinstance(error, UpstreamTimeout):
+        return OpenAIError(504, f"Upstream pool '{pool.name}' did not answer in time.", code="upstream_timeout")
+    if isinstance(error, UpstreamUnreachable):
+        return OpenAIError(
+            502, f"Upstream pool '{pool.name}' is unreachable.", code="upstream_unreachable",
+            headers={"Retry-After": "1"},
+        )
+    return OpenAIError(502, f"Upstream pool '{pool.name}' broke off its answer.", code="upstream_broken")
+
+
+class UpstreamCall:
+    """An ASGI response that performs the upstream exchange when Starlette sends it."""
+
+    __slots__ = ("body", "metrics", "pool", "replica", "route", "started", "status", "stream", "url")
+
+    def __init__(
+        self, *, pool: Pool, replica: Replica, path: str, body: bytes, stream: bool,
+        route: str, metrics: Metrics, started: float,
+    ) -> None:
+        self.pool = pool
+        self.replica = replica
+        self.url = replica.base_url + path
+        self.body = body
+        self.stream = stream
+        self.route = route
+        self.metrics = metrics
+        self.started = started
+        self.status = CLIENT_CLOSED
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        replica = self.replica
+        replica.in_flight += 1
+        watch = DisconnectWatch(receive)
+        try:
+            async with watch:
+                await self._exchange(send, watch)
+        except OSError:  # uvicorn's ClientDisconnected: the client left between two writes
+            watch.gone = True
+        finally:
+            if watch.gone:
+                self.status = CLIENT_CLOSED
+            replica.in_flight -= 1
+            self.metrics.observe_request(self.route, self.status, perf_counter() - self.started)
+
+    async def _exchange(self, send: Send, watch: DisconnectWatch) -> None:
+        timeouts = self.pool.timeouts
+        reply: Reply | None = None
+        complete = False  # body read to its end: the connection may go back to the pool
+        try:
+            async with asyncio.timeout(timeouts.total):
+                try:
+                    async with asyncio.timeout(timeouts.first_byte):
+                        reply = await self.replica.transport.post(self.url, self.body)
+                        streaming = self.stream and reply.status == 200
+                        first = await reply.next_chunk() if streaming else b""
+                except TimeoutError:
+                    raise UpstreamTimeout("no first byte in time") from None
+                if streaming:
+                    await self._relay_stream(send, watch, reply, first)
+                else:
+                    await self._relay_whole(send, watch, reply)
+                complete = True
+        except (UpstreamError, TimeoutError) as exc:
+            error = exc if isinstance(exc, UpstreamError) else UpstreamTimeout("total timeout")
+            self.metrics.upstream_error(self.pool.name, error.kind)
+            watch.finished = True
+            if self.status == CLIENT_CLOSED:  # nothing sent yet: a proper status code
+                await self._send_error(send, _failure(error, self.pool))
+            else:
+                event = sse_error_event(
+                    f"Upstream stream ended early ({error.kind}).", "upstream_error", "upstream_" + error.kind
+                )
+                await send({"type": "http.response.body", "body": event, "more_body": False})
+        finally:
+            if reply is not None:
+                await reply.close(abort=not complete)
+
+    async def _send_error(self, send: Send, error: OpenAIError) -> None:
+        self.status = error.status
+        body = error.body()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
+        await send({"type": "http.response.start", "status": error.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def _relay_whole(self, send: Send, watch: DisconnectWatch, reply: Reply) -> None:
+        body = await reply.read()
+        if reply.status >= 500:
+            self.metrics.upstream_error(self.pool.name, "status_5xx")
+        self.status = reply.status
+        await send({
+            "type": "http.response.start",
+            "status": reply.status,
+            "headers": [
+                (b"content-type", reply.content_type.encode("latin-1")),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        })
+        watch.finished = True
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def _relay_stream(self, send: Send, watch: DisconnectWatch, reply: Reply, first: bytes) -> None:
+        self.status = 200
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+        if first:
+            self.metrics.observe_ttft(self.route, perf_counter() - self.started)
+        chunk = first
+        tail = b""
+        while chunk:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            tail = tail[-16:] + chunk[-32:]
+            chunk = await reply.next_chunk()
+        if _DONE not in tail:
+            raise UpstreamBroken("stream closed without [DONE]")
+        watch.finished = True
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+

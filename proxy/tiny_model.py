@@ -1,0 +1,117 @@
+"""Build the tiny Llama model that the embedded engine serves when nothing else is configured.
+
+No model can be downloaded on the machines prefixgate targets first, so it makes its own:
+random weights (seeded), a byte-level BPE tokenizer trained on generated text, a chat template.
+Its answers are junk, but vLLM serves it for real: batching, prefix caching and /metrics work.
+Takes a few seconds; the result is cached under the data directory and built atomically.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+MODEL_VERSION = "prefixgate-tiny-llama-v1"
+VOCAB_SIZE = 4096
+MAX_POSITIONS = 4096
+SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|{{ message['role'] }}|>\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% elif message['content'] %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+_WORDS = (
+    "the a an of to in and for on with by from as is are was be this that it at or not you your we our "
+    "system user assistant tool answer question context document passage source cite search retrieve "
+    "model prompt token cache prefix request response tenant policy time date today current trace span "
+    "session id uuid json schema function name description parameters type string number object array "
+    "required true false null error message stream chunk usage limit rate queue pool replica latency "
+    "please explain summarize list compare write code python def return import class value key data "
+    "price version phone address email order invoice customer product support ticket status update"
+).split()
+
+
+def _corpus(lines: int, seed: int) -> Iterator[str]:
+    rng = random.Random(seed)
+    for _ in range(lines):
+        words = [rng.choice(_WORDS) for _ in range(rng.randint(6, 30))]
+        if rng.random() < 0.3:
+            words.append(f"{rng.randint(0, 9999)}")
+        if rng.random() < 0.2:
+            words.append(f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:00:00Z")
+        if rng.random() < 0.2:
+            words.append('{"name": "%s", "type": "%s"}' % (rng.choice(_WORDS), rng.choice(_WORDS)))
+        sentence = " ".join(words)
+        yield sentence.capitalize() + rng.choice([".", "?", "!", ":", ";"])
+
+
+def _build_tokenizer(target: Path) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_corpus(20000, seed=7), trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+        model_max_length=MAX_POSITIONS,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(str(target))
+
+
+def _build_weights(target: Path) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=MAX_POSITIONS,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=2,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(str(target), safe_serialization=True)
+
+
+def ensure_tiny_model(data_dir: str | Path) -> Path:
+    """Return the model directory under ``data_dir``, building it first if it is not there."""
+    target = Path(data_dir) / "models" / MODEL_VERSION
+    if (target / "config.json").exists() and (target / "tokenizer.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
+    try:
+        _build_tokenizer(staging)
+        _build_weights(staging)
+        try:
+            staging.rename(target)
+        except OSError:  # another process finished first; theirs is as good as ours
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target

@@ -1,0 +1,59 @@
+"""The seam between the proxy and an HTTP client library: a tiny protocol and its failures.
+
+Two clients implement it (aiohttp and httpx); the overhead benchmark picks the default. Tests
+and later features (retries, health checks) depend only on this protocol and these errors.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class UpstreamError(Exception):
+    """An upstream exchange failed; ``kind`` is the metric label and decides the status code."""
+
+    kind = "error"
+
+
+class UpstreamUnreachable(UpstreamError):
+    """Connection refused, reset before an answer, DNS failure: nothing was answered (502)."""
+
+    kind = "connect"
+
+
+class UpstreamTimeout(UpstreamError):
+    """No answer within a configured timeout (504 before the first byte)."""
+
+    kind = "timeout"
+
+
+class UpstreamBroken(UpstreamError):
+    """The answer started and then broke off (connection lost mid-body)."""
+
+    kind = "broken"
+
+
+class Reply(Protocol):
+    """An upstream answer whose status and headers have arrived and whose body has not."""
+
+    status: int
+    content_type: str
+
+    async def read(self) -> bytes:
+        """The whole body (non-streaming answers and errors)."""
+
+    async def next_chunk(self) -> bytes:
+        """The next piece of body exactly as it arrived; b"" at the end."""
+
+    async def close(self, *, abort: bool) -> None:
+        """Give the connection back (abort=False) or drop it so the server stops work (abort=True)."""
+
+
+class Transport(Protocol):
+    """One keep-alive connection pool to one replica."""
+
+    async def post(self, url: str, body: bytes) -> Reply: ...
+
+    async def get(self, url: str, timeout: float) -> tuple[int, bytes]: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,179 @@
+"""Pools of upstream replicas: which pool serves a model, which replica takes a request.
+
+One Transport (keep-alive connection pool) per replica, created in the app lifespan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+
+from policies.replica import least_loaded
+from proxy.config import Config, Timeouts, UpstreamConfig
+from proxy.errors import OpenAIError
+from proxy.transport import Transport, UpstreamError
+from proxy.transport_aiohttp import AiohttpTransport
+from proxy.transport_httpx import HttpxTransport
+
+TRANSPORTS: dict[str, Callable[..., Transport]] = {"aiohttp": AiohttpTransport, "httpx": HttpxTransport}
+
+# Below uvicorn's (and so vLLM's) 5 s keep-alive, so we never reuse a socket the server is closing.
+KEEPALIVE_SECONDS = 4.0
+
+
+def _origin(base_url: str) -> str:
+    """http://host:8000/v1 -> http://host:8000 (where vLLM serves /health and /metrics)."""
+    return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
+
+
+class Replica:
+    __slots__ = ("base_url", "health_url", "healthy", "in_flight", "origin", "transport")
+
+    def __init__(self, base_url: str, transport: Transport, health_path: str) -> None:
+        self.base_url = base_url
+        self.origin = _origin(base_url)
+        self.health_url = self.origin + health_path
+        self.transport = transport
+        self.in_flight = 0
+        self.healthy = True
+
+
+class Pool:
+    def __init__(self, name: str, config: UpstreamConfig, client: str) -> None:
+        headers = {"Content-Type": "application/json"}
+        if config.api_key:
+            headers["Authorization"] = f"Bearer {config.api_key}"
+        self.name = name
+        self.timeouts: Timeouts = config.timeouts
+        self.declared_models = frozenset(config.models)
+        self.discovered_models: frozenset[str] = frozenset()
+        self.replicas = [
+            Replica(
+                url,
+                TRANSPORTS[client](
+                    connect_timeout=config.timeouts.connect,
+                    headers=headers,
+                    max_connections=config.max_connections,
+                    keepalive=KEEPALIVE_SECONDS,
+                ),
+                config.health_path,
+            )
+            for url in config.replicas
+        ]
+        self._turn = itertools.count()
+
+    @property
+    def catch_all(self) -> bool:
+        """A pool that declares no models and whose models are not known yet takes any model."""
+        return not self.declared_models and not self.discovered_models
+
+    def serves(self, model: str) -> bool:
+        return model in self.declared_models or model in self.discovered_models
+
+    def pick(self) -> Replica:
+        replicas = self.replicas
+        if len(replicas) == 1 and replicas[0].healthy:
+            return replicas[0]
+        index = least_loaded(
+            [r.in_flight for r in replicas], [r.healthy for r in replicas], next(self._turn)
+        )
+        if index is None:
+            raise OpenAIError(
+                503, f"No healthy replica in pool '{self.name}'.", code="no_healthy_upstream",
+                headers={"Retry-After": "1"},
+            )
+        return replicas[index]
+
+    async def fetch_models(self, timeout: float) -> list[dict[str, Any]]:
+        """Model cards from every replica that answers; also refreshes the discovered set."""
+        answers = await asyncio.gather(
+            *(r.transport.get(r.base_url + "/models", timeout) for r in self.replicas), return_exceptions=True
+        )
+        cards: dict[str, dict[str, Any]] = {}
+        for answer in answers:
+            if isinstance(answer, tuple) and answer[0] == 200:
+                try:
+                    data = orjson.loads(answer[1]).get("data", [])
+                except (orjson.JSONDecodeError, AttributeError):
+                    continue
+                for card in data:
+                    if isinstance(card, dict) and isinstance(card.get("id"), str):
+                        cards.setdefault(card["id"], card)
+        if cards:
+            self.discovered_models = frozenset(cards)
+        if self.declared_models:
+            return [cards.get(m) or {"id": m, "object": "model", "owned_by": "prefixgate"}
+                    for m in sorted(self.declared_models)]
+        return list(cards.values())
+
+    async def probe(self, timeout: float) -> dict[str, bool]:
+        """GET each replica's health URL: base URL -> answered 200."""
+
+        async def one(replica: Replica) -> bool:
+            try:
+                status, _ = await replica.transport.get(replica.health_url, timeout)
+            except UpstreamError:
+                return False
+            return status == 200
+
+        results = await asyncio.gather(*(one(r) for r in self.replicas))
+        return {r.base_url: ok for r, ok in zip(self.replicas, results, strict=True)}
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(r.transport.aclose() for r in self.replicas))
+
+
+class Upstreams:
+    """All pools of a running gateway, plus the optional embeddings upstream."""
+
+    def __init__(self, config: Config) -> None:
+        client = config.server.http_client
+        self.pools = [Pool(p.name, p, client) for p in config.pools]
+        self.embeddings = Pool("embeddings", config.embeddings, client) if config.embeddings else None
+        self._lookup_timeout = config.server.ready_timeout
+
+    def _all(self) -> Iterable[Pool]:
+        yield from self.pools
+        if self.embeddings is not None:
+            yield self.embeddings
+
+    def pool_for(self, model: str, *, embeddings: bool = False) -> Pool:
+        if embeddings and self.embeddings is not None:
+            if self.embeddings.serves(model) or self.embeddings.catch_all:
+                return self.embeddings
+        for pool in self.pools:
+            if pool.serves(model):
+                return pool
+        for pool in self.pools:
+            if pool.catch_all:
+                return pool
+        raise OpenAIError(
+            404, f"The model '{model}' does not exist or is not served here.", param="model", code="model_not_found"
+        )
+
+    async def discover(self) -> None:
+        """Learn what pools without declared models serve; a pool that does not answer stays catch-all."""
+        await asyncio.gather(
+            *(p.fetch_models(self._lookup_timeout) for p in self._all() if not p.declared_models),
+            return_exceptions=True,
+        )
+
+    async def list_models(self) -> list[dict[str, Any]]:
+        lists = await asyncio.gather(*(p.fetch_models(self._lookup_timeout) for p in self._all()))
+        seen: dict[str, dict[str, Any]] = {}
+        for cards in lists:
+            for card in cards:
+                seen.setdefault(card["id"], card)
+        return list(seen.values())
+
+    async def readiness(self) -> dict[str, bool]:
+        maps = await asyncio.gather(*(p.probe(self._lookup_timeout) for p in self.pools))
+        return {url: ok for m in maps for url, ok in m.items()}
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(p.aclose() for p in self._all()))
+

@@ -1,0 +1,215 @@
+"""A fast fake OpenAI upstream for proxy-mechanics tests and the overhead benchmark.
+
+It answers like vLLM's OpenAI server (same JSON and SSE framing) and can misbehave on request:
+the model name picks a behaviour, extra body fields set sizes and delays. It never stands in
+for the real engine in user-facing tests; those run against vLLM.
+
+Behaviours by model name:
+  fake-model        normal answer (``fake_tokens`` chunks, ``fake_delay_ms`` between them)
+  fake-hang         accepts the request and never answers
+  fake-die          streams 3 chunks, then drops the connection
+  fake-nodone       streams 3 chunks, then ends the body cleanly without [DONE]
+  fake-400          answers 400 with an OpenAI error body (to test pass-through)
+  fake-500          answers 500
+  fake-slow-stream  waits ``fake_first_ms`` before the first chunk
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from typing import Any
+
+import orjson
+
+Scope = dict[str, Any]
+
+MODEL_NAMES = ["fake-model", "fake-hang", "fake-die", "fake-nodone", "fake-400", "fake-500", "fake-slow-stream"]
+
+
+class Stats:
+    """What the fake saw; tests read it over GET /_stats."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.active = 0
+        self.disconnects = 0
+        self.completed = 0
+        self.last_body: dict[str, Any] | None = None
+        self.last_headers: dict[str, str] = {}
+
+
+def _chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> bytes:
+    payload = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": 1764000000,
+        "model": "fake-model",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def _usage_chunk(prompt: int, completion: int) -> bytes:
+    payload = {
+        "id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1764000000, "model": "fake-model",
+        "choices": [],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+    }
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+_ROLE_CHUNK = _chunk(0, {"role": "assistant", "content": ""})
+_TOKEN_CHUNK = _chunk(0, {"content": " tok"})
+_FINAL_CHUNK = _chunk(0, {}, "length")
+_DONE = b"data: [DONE]\n\n"
+
+
+def _completion(tokens: int) -> bytes:
+    return orjson.dumps({
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 1764000000,
+        "model": "fake-model",
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": " tok" * tokens},
+            "logprobs": None,
+            "finish_reason": "length",
+        }],
+        "usage": {"prompt_tokens": 12, "completion_tokens": tokens, "total_tokens": 12 + tokens},
+    })
+
+
+class FakeUpstream:
+    def __init__(self) -> None:
+        self.stats = Stats()
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        path = scope["path"]
+        if scope["method"] == "GET":
+            await self._get(path, send)
+            return
+        body = b""
+        more = True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        request = orjson.loads(body)
+        self.stats.requests += 1
+        self.stats.last_body = request
+        self.stats.last_headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+        if path.endswith("/embeddings"):
+            await self._embeddings(request, send)
+            return
+        self.stats.active += 1
+        try:
+            await self._generate(request, receive, send)
+        finally:
+            self.stats.active -= 1
+
+    async def _get(self, path: str, send: Any) -> None:
+        if path == "/health":
+            await _respond(send, 200, b"")
+        elif path == "/v1/models":
+            cards = [{"id": name, "object": "model", "owned_by": "fake", "max_model_len": 4096} for name in MODEL_NAMES]
+            await _respond(send, 200, orjson.dumps({"object": "list", "data": cards}))
+        elif path == "/_stats":
+            await _respond(send, 200, orjson.dumps(self.stats.__dict__))
+        else:
+            await _respond(send, 404, b'{"detail":"Not Found"}')
+
+    async def _embeddings(self, request: dict[str, Any], send: Any) -> None:
+        inputs = request["input"] if isinstance(request["input"], list) else [request["input"]]
+        data = [{"object": "embedding", "index": i, "embedding": [0.1, 0.2, 0.3]} for i in range(len(inputs))]
+        payload = {"object": "list", "data": data, "model": request["model"],
+                   "usage": {"prompt_tokens": len(inputs), "total_tokens": len(inputs)}}
+        await _respond(send, 200, orjson.dumps(payload))
+
+    async def _generate(self, request: dict[str, Any], receive: Any, send: Any) -> None:
+        model = request.get("model")
+        tokens = int(request.get("fake_tokens", request.get("max_tokens") or 16))
+        delay = float(request.get("fake_delay_ms", 0)) / 1000
+        if model not in MODEL_NAMES:
+            error = {"error": {"message": f"The model `{model}` does not exist.", "type": "NotFoundError",
+                               "param": "model", "code": 404}}
+            await _respond(send, 404, orjson.dumps(error))
+            return
+        if model == "fake-hang":
+            await _wait_for_disconnect(receive)
+            self.stats.disconnects += 1
+            return
+        if model == "fake-400":
+            error = {"error": {"message": "fake bad request", "type": "BadRequestError", "param": None, "code": 400}}
+            await _respond(send, 400, orjson.dumps(error))
+            return
+        if model == "fake-500":
+            await _respond(send, 500, b'{"error":{"message":"fake crash","type":"InternalServerError","code":500}}')
+            return
+        if not request.get("stream"):
+            if delay:
+                await asyncio.sleep(delay * tokens)
+            await _respond(send, 200, _completion(tokens))
+            self.stats.completed += 1
+            return
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})
+        if model == "fake-slow-stream":
+            await asyncio.sleep(float(request.get("fake_first_ms", 1000)) / 1000)
+        try:
+            await self._stream_tokens(request, model, tokens, delay, send)
+        except OSError:  # the proxy dropped the connection: what vLLM sees as an abort
+            self.stats.disconnects += 1
+            return
+        self.stats.completed += 1
+
+    async def _stream_tokens(self, request: dict[str, Any], model: str, tokens: int, delay: float, send: Any) -> None:
+        await send({"type": "http.response.body", "body": _ROLE_CHUNK, "more_body": True})
+        for index in range(tokens):
+            if delay:
+                await asyncio.sleep(delay)
+            await send({"type": "http.response.body", "body": _TOKEN_CHUNK, "more_body": True})
+            if index == 2 and model == "fake-die":
+                raise RuntimeError("fake upstream dies mid-stream")
+            if index == 2 and model == "fake-nodone":
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
+        tail = _FINAL_CHUNK
+        if (request.get("stream_options") or {}).get("include_usage"):
+            tail += _usage_chunk(12, tokens)
+        await send({"type": "http.response.body", "body": tail + _DONE, "more_body": False})
+
+
+async def _respond(send: Any, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _wait_for_disconnect(receive: Any) -> None:
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if (await receive())["type"] == "http.disconnect":
+            return
+
+
+def main() -> None:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description="fake OpenAI upstream")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9000)
+    args = parser.parse_args()
+    uvicorn.run(FakeUpstream(), host=args.host, port=args.port, log_level="warning",
+                loop="uvloop", http="httptools", access_log=False)
+
+
+if __name__ == "__main__":
+    main()
