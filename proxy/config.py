@@ -50,7 +50,7 @@ class UpstreamConfig(_Frozen):
     replicas: list[str] = Field(min_length=1)
     models: list[str] = Field(default_factory=list)
     timeouts: Timeouts = Timeouts()
-    api_key: str | None = None
+    api_key: str | None = Field(None, repr=False)  # sent to the upstream, e.g. vLLM --api-key
     health_path: str = "/health"
     max_connections: int = Field(1024, ge=1)
 
@@ -68,7 +68,7 @@ class TenantKey(_Frozen):
     """One API key. ``key_env`` keeps the secret out of the file; exactly one of the two is set."""
 
     tenant: str = Field(min_length=1)
-    key: str | None = Field(None, min_length=8)
+    key: str | None = Field(None, min_length=8, repr=False)
     key_env: str | None = None
 
     @model_validator(mode="after")
@@ -201,15 +201,20 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
     env = os.environ if env is None else env
     if path is None and env.get(ENV_CONFIG):
         path = env[ENV_CONFIG]
-    source = str(path) if path is not None else "environment"
     data = _read_yaml(Path(path)) if path is not None else {}
-    data = _apply_env(data, env)
+    return build_config(data, env=env, source=str(path) if path is not None else "environment", overrides=overrides)
+
+
+def build_config(data: Mapping[str, Any], *, env: Mapping[str, str], source: str = "config",
+                 overrides: Mapping[str, Any] | None = None) -> Config:
+    """Validate already-parsed settings; ``source`` names where they came from in error messages."""
+    merged = _apply_env(dict(data), env)
     if overrides:
-        server = dict(data.get("server") or {})
+        server = dict(merged.get("server") or {})
         server.update({k: v for k, v in overrides.items() if v is not None})
-        data["server"] = server
+        merged["server"] = server
     try:
-        config = Config.model_validate(data)
+        config = Config.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(_format_errors(source, exc)) from None
     keys = _resolve_keys(config, source, env)

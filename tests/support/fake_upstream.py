@@ -163,28 +163,37 @@ class FakeUpstream:
                     "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})
         if model == "fake-slow-stream":
             await asyncio.sleep(float(request.get("fake_first_ms", 1000)) / 1000)
+        gone = asyncio.Event()  # uvicorn's send() is silent after a disconnect; receive() tells
+        watcher = asyncio.get_running_loop().create_task(_wait_for_disconnect(receive, gone))
         try:
-            await self._stream_tokens(request, model, tokens, delay, send)
-        except OSError:  # the proxy dropped the connection: what vLLM sees as an abort
+            finished = await self._stream_tokens(request, model, tokens, delay, send, gone)
+        finally:
+            watcher.cancel()
+        if finished:
+            self.stats.completed += 1
+        else:  # the proxy dropped the connection: what vLLM sees as an abort
             self.stats.disconnects += 1
-            return
-        self.stats.completed += 1
 
-    async def _stream_tokens(self, request: dict[str, Any], model: str, tokens: int, delay: float, send: Any) -> None:
+    async def _stream_tokens(
+        self, request: dict[str, Any], model: str, tokens: int, delay: float, send: Any, gone: asyncio.Event
+    ) -> bool:
         await send({"type": "http.response.body", "body": _ROLE_CHUNK, "more_body": True})
         for index in range(tokens):
             if delay:
                 await asyncio.sleep(delay)
+            if gone.is_set():
+                return False
             await send({"type": "http.response.body", "body": _TOKEN_CHUNK, "more_body": True})
             if index == 2 and model == "fake-die":
                 raise RuntimeError("fake upstream dies mid-stream")
             if index == 2 and model == "fake-nodone":
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
-                return
+                return True
         tail = _FINAL_CHUNK
         if (request.get("stream_options") or {}).get("include_usage"):
             tail += _usage_chunk(12, tokens)
         await send({"type": "http.response.body", "body": tail + _DONE, "more_body": False})
+        return True
 
 
 async def _respond(send: Any, status: int, body: bytes) -> None:
@@ -193,10 +202,12 @@ async def _respond(send: Any, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def _wait_for_disconnect(receive: Any) -> None:
+async def _wait_for_disconnect(receive: Any, gone: asyncio.Event | None = None) -> None:
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         if (await receive())["type"] == "http.disconnect":
+            if gone is not None:
+                gone.set()
             return
 
 

@@ -1,0 +1,114 @@
+"""``prefixgate`` command line: ``prefixgate serve [--config FILE] [--host H] [--port P] [--workers N]``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import uvicorn
+
+from proxy.app import ENV_RESOLVED_CONFIG, create_app
+from proxy.config import Config, ConfigError, dump_config, load_config, with_engine_pool
+from proxy.engine import EngineError, LocalEngine, vllm_available
+
+log = logging.getLogger("prefixgate")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start_engine(config: Config) -> tuple[LocalEngine, Config]:
+    if not vllm_available():
+        raise EngineError(
+            "no upstream is configured (set PREFIXGATE_UPSTREAM, or pools: in --config), and the embedded "
+            "engine needs vLLM: install prefixgate with its 'engine' extra (make serve does this)."
+        )
+    settings = config.engine
+    if settings.model_dir:
+        model_dir = Path(settings.model_dir)
+    else:
+        from proxy.tiny_model import ensure_tiny_model
+
+        log.info("building the tiny demo model under %s (first run only)", config.data_dir)
+        model_dir = ensure_tiny_model(config.data_dir)
+    engine = LocalEngine(
+        model_dir,
+        served_model_name=settings.served_model_name,
+        port=settings.port or _free_port(),
+        log_path=Path(config.data_dir) / "engine.log",
+        max_model_len=settings.max_model_len,
+        kv_cache_gib=settings.kv_cache_gib,
+        extra_args=settings.extra_args,
+    )
+    log.info("starting the embedded vLLM CPU engine on %s (log: %s)", engine.base_url, engine.log_path)
+    engine.start()
+    engine.wait_ready(settings.startup_timeout)
+    log.info("engine ready; model '%s'", settings.served_model_name)
+    return engine, with_engine_pool(config, engine.base_url, settings.served_model_name)
+
+
+def _serve(config: Config) -> None:
+    server = config.server
+    options = {
+        "host": server.host, "port": server.port, "loop": "uvloop", "http": "httptools",
+        "log_level": "info", "access_log": False, "lifespan": "on",
+        "timeout_graceful_shutdown": 30,
+    }
+    if config.auth.keys == [] and server.host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("open mode (no API keys) while listening on %s: anyone who can reach it can use it", server.host)
+    log.info("prefixgate listening on http://%s:%d/v1", server.host, server.port)
+    if server.workers == 1:
+        uvicorn.run(create_app(config), **options)
+    else:
+        os.environ[ENV_RESOLVED_CONFIG] = dump_config(config)
+        uvicorn.run("proxy.app:app_from_environment", factory=True, workers=server.workers, **options)
+
+
+def serve(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config, overrides={"host": args.host, "port": args.port, "workers": args.workers})
+    except ConfigError as error:
+        print(f"prefixgate: {error}", file=sys.stderr)
+        return 2
+    engine = None
+    try:
+        if config.wants_engine:
+            engine, config = _start_engine(config)
+        _serve(config)
+    except EngineError as error:
+        print(f"prefixgate: {error}", file=sys.stderr)
+        return 1
+    finally:
+        if engine is not None:
+            engine.stop()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="prefixgate", description="OpenAI-compatible gateway for vLLM pools")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("serve", help="run the gateway")
+    run.add_argument("--config", help="YAML config file (default: $PREFIXGATE_CONFIG, else environment only)")
+    run.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    run.add_argument("--port", type=int, help="port to listen on (default $PREFIXGATE_PORT or 8080)")
+    run.add_argument("--workers", type=int, help="uvicorn worker processes (default 1)")
+    run.set_defaults(handler=serve)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
