@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import socket
 import sys
 from collections.abc import Sequence
@@ -72,12 +73,19 @@ def _serve(config: Config) -> None:
         uvicorn.run("proxy.app:app_from_environment", factory=True, workers=server.workers, **options)
 
 
+def _exit_quietly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
 def serve(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, overrides={"host": args.host, "port": args.port, "workers": args.workers})
     except ConfigError as error:
         print(f"prefixgate: {error}", file=sys.stderr)
         return 2
+    # uvicorn re-raises the SIGTERM it caught once it has drained; with this handler that becomes a
+    # normal exit, so the finally below still stops the embedded engine instead of orphaning it.
+    signal.signal(signal.SIGTERM, _exit_quietly)
     engine = None
     try:
         if config.wants_engine:
@@ -86,6 +94,8 @@ def serve(args: argparse.Namespace) -> int:
     except EngineError as error:
         print(f"prefixgate: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        return 130
     finally:
         if engine is not None:
             engine.stop()

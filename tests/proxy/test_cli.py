@@ -1,0 +1,51 @@
+"""`prefixgate serve` as a user runs it (the embedded-engine run is in tests/integration)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import FakeServer
+from tests.support.servers import free_port
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PREFIXGATE_")}
+    return subprocess.Popen([sys.executable, "-m", "proxy.cli", *args], env={**clean, **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_bad_config_exits_with_a_message_naming_file_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("pools:\n  - name: a\n    replicas: [not-a-url]\n")
+    process = _run(["serve", "--config", str(path)], {})
+    output, _ = process.communicate(timeout=30)
+    assert process.returncode == 2
+    assert str(path) in output and "pools[0].replicas" in output
+    assert "Traceback" not in output
+
+
+def test_serve_from_environment_only(fake: FakeServer) -> None:
+    port = free_port()
+    process = _run(["serve"], {"PREFIXGATE_UPSTREAM": fake.base_url, "PREFIXGATE_PORT": str(port)})
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                answer = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions",
+                                    json={"model": "fake-model", "messages": [{"role": "user", "content": "x"}]})
+                break
+            except httpx.ConnectError:
+                assert time.monotonic() < deadline and process.poll() is None, process.stdout.read()
+                time.sleep(0.1)
+        assert answer.status_code == 200 and answer.json()["object"] == "chat.completion"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=15)
+    assert process.returncode == 0, output
