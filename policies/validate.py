@@ -246,7 +246,9 @@ def validate_request(endpoint: Endpoint, body: Any) -> RequestView | Rejection:
         return Rejection(400, f"Invalid request body: expected a JSON object, but got {_describe(body)}.")
     for name in _REQUIRED[endpoint]:
         if body.get(name) is None:
-            return Rejection(400, f"Missing required parameter: '{name}'.", param=name, code="missing_required_parameter")
+            return Rejection(
+                400, f"Missing required parameter: '{name}'.", param=name, code="missing_required_parameter"
+            )
     model = body["model"]
     if not isinstance(model, str) or not model:
         return Rejection(400, _wrong_type("model", "a non-empty string", model).message, param="model")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import signal
@@ -65,6 +66,11 @@ def _serve(config: Config) -> None:
     }
     if config.auth.keys == [] and server.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("open mode (no API keys) while listening on %s: anyone who can reach it can use it", server.host)
+    # Everything imported so far lives for the whole process: keep it out of every GC pass, and collect
+    # young objects less often, so the collector does not stall relays mid-stream.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
     log.info("prefixgate listening on http://%s:%d/v1", server.host, server.port)
     if server.workers == 1:
         uvicorn.run(create_app(config), **options)

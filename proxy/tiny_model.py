@@ -48,7 +48,7 @@ def _corpus(lines: int, seed: int) -> Iterator[str]:
         if rng.random() < 0.2:
             words.append(f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:00:00Z")
         if rng.random() < 0.2:
-            words.append('{"name": "%s", "type": "%s"}' % (rng.choice(_WORDS), rng.choice(_WORDS)))
+            words.append(f'{{"name": "{rng.choice(_WORDS)}", "type": "{rng.choice(_WORDS)}"}}')
         sentence = " ".join(words)
         yield sentence.capitalize() + rng.choice([".", "?", "!", ":", ";"])
 

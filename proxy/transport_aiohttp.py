@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 
 import aiohttp
@@ -52,7 +51,7 @@ class AiohttpTransport:
     async def post(self, url: str, body: bytes) -> AiohttpReply:
         try:
             response = await self._session.post(url, data=body)
-        except (aiohttp.ConnectionTimeoutError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ConnectionTimeoutError) as exc:
             raise UpstreamTimeout(f"connecting to {url} timed out") from exc
         except aiohttp.ClientConnectionError as exc:
             raise UpstreamUnreachable(f"{url}: {exc}") from exc
@@ -62,7 +61,7 @@ class AiohttpTransport:
         try:
             async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
                 return response.status, await response.read()
-        except (aiohttp.ConnectionTimeoutError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ConnectionTimeoutError) as exc:
             raise UpstreamTimeout(f"GET {url} timed out") from exc
         except aiohttp.ClientError as exc:
             raise UpstreamUnreachable(f"GET {url}: {exc}") from exc

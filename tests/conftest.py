@@ -83,7 +83,7 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded]:
         "data_dir": str(data_dir),
     }))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFIXGATE_")}
-    log = open(data_dir / "prefixgate.log", "wb")  # noqa: SIM115 - closed at teardown
+    log = open(data_dir / "prefixgate.log", "wb")
     process = subprocess.Popen(
         [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config_path)],
         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,

@@ -111,7 +111,11 @@ def test_completion_allows_zero_max_tokens_for_scoring() -> None:
 
 @pytest.mark.parametrize(
     ("body", "param"),
-    [({"model": "m"}, "input"), ({"model": "m", "input": {"a": 1}}, "input"), ({"model": "m", "input": "x", "dimensions": 0}, "dimensions")],
+    [
+        ({"model": "m"}, "input"),
+        ({"model": "m", "input": {"a": 1}}, "input"),
+        ({"model": "m", "input": "x", "dimensions": 0}, "dimensions"),
+    ],
 )
 def test_embedding_rejections(body: dict[str, Any], param: str) -> None:
     result = validate_request("embeddings", body)

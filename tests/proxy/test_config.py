@@ -81,7 +81,7 @@ def test_missing_key_env_is_named(tmp_path: Path) -> None:
 
 
 def test_missing_file_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="nope.yaml: cannot read"):
+    with pytest.raises(ConfigError, match=r"nope\.yaml: cannot read"):
         load_config(tmp_path / "nope.yaml", env={})
 
 
