@@ -7,7 +7,6 @@ import gc
 import logging
 import os
 import signal
-import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,15 +15,9 @@ import uvicorn
 
 from proxy.app import ENV_RESOLVED_CONFIG, create_app
 from proxy.config import Config, ConfigError, dump_config, load_config, with_engine_pool
-from proxy.engine import EngineError, LocalEngine, vllm_available
+from proxy.engine import EngineError, LocalEngine, free_port, vllm_available
 
 log = logging.getLogger("prefixgate")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _start_engine(config: Config) -> tuple[LocalEngine, Config]:
@@ -44,7 +37,7 @@ def _start_engine(config: Config) -> tuple[LocalEngine, Config]:
     engine = LocalEngine(
         model_dir,
         served_model_name=settings.served_model_name,
-        port=settings.port or _free_port(),
+        port=settings.port or free_port(),
         log_path=Path(config.data_dir) / "engine.log",
         max_model_len=settings.max_model_len,
         kv_cache_gib=settings.kv_cache_gib,

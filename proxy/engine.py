@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +21,13 @@ ENGINE_ENV = {
     "VLLM_TARGET_DEVICE": "cpu",
     "TOKENIZERS_PARALLELISM": "false",
 }
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now (for the engine, tests and benchmarks)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 class EngineError(RuntimeError):

@@ -45,7 +45,7 @@ def make_config(data: dict[str, Any], env: dict[str, str] | None = None) -> Conf
 
 
 @pytest.fixture
-def start_proxy() -> Iterator[Callable[[dict[str, Any]], str]]:
+def start_proxy() -> Iterator[Callable[..., str]]:
     """Start prefixgate in-process for a config dict; returns its origin URL."""
     with ExitStack() as stack:
 

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,8 @@ from pathlib import Path
 
 import httpx
 import yaml
+
+from proxy.engine import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -42,12 +43,6 @@ done = function(summary, latency, requests)
     e.connect + e.read + e.write + e.timeout, e.status, latency:percentile(50), latency:percentile(99)))
 end
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_http(url: str, timeout: float = 30) -> None:
