@@ -9,18 +9,25 @@ from contextlib import asynccontextmanager
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from proxy import routes
 from proxy.config import Config, config_from_dump
 from proxy.errors import OpenAIError, http_exception_handler, openai_error_handler, unexpected_error_handler
 from proxy.gateway import Gateway
+from proxy.generation import FastPath, GenerationRoute
 from proxy.metrics import Metrics
 
 ENV_RESOLVED_CONFIG = "PREFIXGATE_RESOLVED_CONFIG"
 
 
-def create_app(config: Config) -> Starlette:
+def create_app(config: Config) -> ASGIApp:
     metrics = Metrics()
+    generation = {
+        "/v1/chat/completions": GenerationRoute("chat", "/chat/completions"),
+        "/v1/completions": GenerationRoute("completions", "/completions"),
+        "/v1/embeddings": GenerationRoute("embeddings", "/embeddings"),
+    }
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Gateway]]:
@@ -30,11 +37,9 @@ def create_app(config: Config) -> Starlette:
         finally:
             await gateway.aclose()
 
-    return Starlette(
+    starlette = Starlette(
         routes=[
-            Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
-            Route("/v1/completions", routes.completions, methods=["POST"]),
-            Route("/v1/embeddings", routes.embeddings, methods=["POST"]),
+            *(Route(path, route, methods=["POST"]) for path, route in generation.items()),
             Route("/v1/models", routes.models, methods=["GET"]),
             Route("/health", routes.health, methods=["GET"]),
             Route("/ready", routes.ready, methods=["GET"]),
@@ -47,8 +52,9 @@ def create_app(config: Config) -> Starlette:
         },
         lifespan=lifespan,
     )
+    return FastPath(starlette, generation)
 
 
-def app_from_environment() -> Starlette:
+def app_from_environment() -> ASGIApp:
     """Factory for uvicorn workers: each process rebuilds the app from the config the CLI resolved."""
     return create_app(config_from_dump(os.environ[ENV_RESOLVED_CONFIG]))

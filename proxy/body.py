@@ -1,13 +1,17 @@
-"""Read and decode a JSON request body within the configured size limit."""
+"""Read and decode a JSON request body within the configured size limit, straight from ASGI receive."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.types import Receive
 
 from proxy.errors import OpenAIError
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request body arrived; there is no one to answer."""
 
 
 def _too_large(limit: int) -> OpenAIError:
@@ -16,18 +20,23 @@ def _too_large(limit: int) -> OpenAIError:
     )
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(receive: Receive, declared_length: bytes | None, limit: int) -> bytes:
     """The raw body; 413 as soon as it is known to exceed ``limit`` (before reading it all)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared_length is not None and declared_length.isdigit() and int(declared_length) > limit:
         raise _too_large(limit)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise _too_large(limit)
         chunks.append(chunk)
+        more = message.get("more_body", False)
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 

@@ -8,6 +8,7 @@ import orjson
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Send
 
 from policies.types import Rejection
 
@@ -57,6 +58,14 @@ class OpenAIError(Exception):
 
     def response(self) -> Response:
         return Response(self.body(), self.status, headers=self.headers, media_type="application/json")
+
+    async def send(self, send: Send) -> None:
+        """Answer with this error on a bare ASGI ``send`` (the hot routes have no Response objects)."""
+        body = self.body()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in self.headers.items()]
+        await send({"type": "http.response.start", "status": self.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> bytes:

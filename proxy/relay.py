@@ -96,7 +96,9 @@ class UpstreamCall:
             self.metrics.upstream_error(self.pool.name, error.kind)
             watch.finished = True
             if self.status == CLIENT_CLOSED:  # nothing sent yet: a proper status code
-                await self._send_error(send, _failure(error, self.pool))
+                failure = _failure(error, self.pool)
+                self.status = failure.status
+                await failure.send(send)
             else:
                 event = sse_error_event(
                     f"Upstream stream ended early ({error.kind}).", "upstream_error", "upstream_" + error.kind
@@ -105,14 +107,6 @@ class UpstreamCall:
         finally:
             if reply is not None:
                 await reply.close(abort=not complete)
-
-    async def _send_error(self, send: Send, error: OpenAIError) -> None:
-        self.status = error.status
-        body = error.body()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
-        await send({"type": "http.response.start", "status": error.status, "headers": headers})
-        await send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def _relay_whole(self, send: Send, watch: DisconnectWatch, reply: Reply) -> None:
         body = await reply.read()

@@ -1,56 +1,18 @@
-"""HTTP endpoints. The generation routes share one path: auth, read, validate, route, relay."""
+"""The light HTTP endpoints (models, health, readiness, metrics); generation lives in generation.py."""
 
 from __future__ import annotations
 
 import time
-from time import perf_counter
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from policies.types import Endpoint, Rejection
-from policies.validate import validate_request
-from proxy.body import decode_json, read_body
-from proxy.errors import OpenAIError
 from proxy.gateway import Gateway
-from proxy.relay import UpstreamCall
 
 
 def _json(payload: object, status: int = 200) -> Response:
     return Response(orjson.dumps(payload), status, media_type="application/json")
-
-
-async def _proxy(request: Request, endpoint: Endpoint, path: str) -> Response:
-    started = perf_counter()
-    gateway: Gateway = request.state.gateway
-    try:
-        gateway.keys.tenant_for(request.headers.get("authorization"))
-        raw = await read_body(request, gateway.config.server.max_body_bytes)
-        view = validate_request(endpoint, decode_json(raw))
-        if isinstance(view, Rejection):
-            raise OpenAIError.from_rejection(view)
-        pool = gateway.upstreams.pool_for(view.model, embeddings=endpoint == "embeddings")
-        replica = pool.pick()
-    except OpenAIError as error:
-        gateway.metrics.observe_request(path, error.status, perf_counter() - started)
-        return error.response()
-    return UpstreamCall(  # type: ignore[return-value]  # an ASGI response, like Starlette's own
-        pool=pool, replica=replica, path=path, body=raw, stream=view.stream,
-        route=path, metrics=gateway.metrics, started=started,
-    )
-
-
-async def chat_completions(request: Request) -> Response:
-    return await _proxy(request, "chat", "/chat/completions")
-
-
-async def completions(request: Request) -> Response:
-    return await _proxy(request, "completions", "/completions")
-
-
-async def embeddings(request: Request) -> Response:
-    return await _proxy(request, "embeddings", "/embeddings")
 
 
 async def models(request: Request) -> Response:
