@@ -7,6 +7,7 @@ field path and what is wrong, so a bad deploy fails at start with a line a human
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -106,11 +107,38 @@ class EngineConfig(_Frozen):
     extra_args: list[str] = Field(default_factory=list)
 
 
+class VolatilePattern(_Frozen):
+    """A tenant's own volatile span: a regex; a group named ``value`` narrows the span to it."""
+
+    name: str = Field(min_length=1)
+    regex: str = Field(min_length=1)
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, regex: str) -> str:
+        try:
+            re.compile(regex)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from None
+        return regex
+
+
+class PromptConfig(_Frozen):
+    """How chat prompts are made cache-friendly (see docs/configuration.md, section prompt)."""
+
+    volatile: Literal["relocate", "strip", "keep"] = "relocate"
+    scope: Literal["system", "history"] = "system"
+    note: Literal["last_user", "system_message"] = "last_user"
+    canonical: bool = True
+    patterns: list[VolatilePattern] = Field(default_factory=list)
+
+
 class Config(_Frozen):
     server: ServerConfig = ServerConfig()
     auth: AuthConfig = AuthConfig()
     pools: list[PoolConfig] = Field(default_factory=list)
     embeddings: UpstreamConfig | None = None
+    prompt: PromptConfig = PromptConfig()
     engine: EngineConfig = EngineConfig()
     data_dir: str = Field(default_factory=lambda: str(Path.home() / ".cache" / "prefixgate"))
     resolved_keys: dict[str, str] = Field(default_factory=dict, repr=False, exclude=True)

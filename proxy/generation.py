@@ -12,8 +12,10 @@ from __future__ import annotations
 import logging
 from time import perf_counter
 
+import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from policies.prompt import rewrite_chat
 from policies.types import Endpoint, Rejection
 from policies.validate import validate_request
 from proxy.body import ClientGone, decode_json, read_body
@@ -55,6 +57,15 @@ class GenerationRoute:
             view = validate_request(self.endpoint, decode_json(raw))
             if isinstance(view, Rejection):
                 raise OpenAIError.from_rejection(view)
+            headers: list[tuple[bytes, bytes]] = []
+            if self.endpoint == "chat":
+                rewrite = rewrite_chat(view.body, gateway.prompt_policy)
+                if rewrite.changed:
+                    raw = orjson.dumps(rewrite.body)
+                headers = [
+                    (b"x-prefixgate-volatile", str(rewrite.detected).encode()),
+                    (b"x-prefixgate-relocated", str(rewrite.moved).encode()),
+                ]
             pool = gateway.upstreams.pool_for(view.model, embeddings=self.endpoint == "embeddings")
             replica = pool.pick()
         except OpenAIError as error:
@@ -71,7 +82,7 @@ class GenerationRoute:
             return
         call = UpstreamCall(
             pool=pool, replica=replica, path=route, body=raw, stream=view.stream,
-            route=route, metrics=gateway.metrics, started=started,
+            route=route, metrics=gateway.metrics, started=started, headers=headers,
         )
         await call(scope, receive, send)
 

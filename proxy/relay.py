@@ -42,11 +42,11 @@ def _failure(error: UpstreamError, pool: Pool) -> OpenAIError:
 class UpstreamCall:
     """An ASGI response that performs the upstream exchange when Starlette sends it."""
 
-    __slots__ = ("body", "metrics", "pool", "replica", "route", "started", "status", "stream", "url")
+    __slots__ = ("body", "headers", "metrics", "pool", "replica", "route", "started", "status", "stream", "url")
 
     def __init__(
         self, *, pool: Pool, replica: Replica, path: str, body: bytes, stream: bool,
-        route: str, metrics: Metrics, started: float,
+        route: str, metrics: Metrics, started: float, headers: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
         self.pool = pool
         self.replica = replica
@@ -56,6 +56,7 @@ class UpstreamCall:
         self.route = route
         self.metrics = metrics
         self.started = started
+        self.headers = headers or []  # prefixgate's own response headers, added to the upstream's
         self.status = CLIENT_CLOSED
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -119,6 +120,7 @@ class UpstreamCall:
             "headers": [
                 (b"content-type", reply.content_type.encode("latin-1")),
                 (b"content-length", str(len(body)).encode()),
+                *self.headers,
             ],
         })
         watch.finished = True
@@ -126,7 +128,8 @@ class UpstreamCall:
 
     async def _relay_stream(self, send: Send, watch: DisconnectWatch, reply: Reply, first: bytes) -> None:
         self.status = 200
-        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+        headers = [*_SSE_HEADERS, *self.headers] if self.headers else _SSE_HEADERS
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
         if first:
             self.metrics.observe_ttft(self.route, perf_counter() - self.started)
         chunk = first

@@ -128,3 +128,21 @@ def test_ready_and_metrics_after_real_traffic(embedded: Embedded) -> None:
     text = httpx.get(embedded.proxy + "/metrics").text
     assert sample_sum(text, "prefixgate_time_to_first_token_seconds_count", route="/chat/completions") >= 1
     assert sample_sum(text, "prefixgate_requests_total", route="/chat/completions", status="200") >= 1
+
+
+def test_engine_sees_the_canonical_prefix_and_the_tail_note(embedded: Embedded) -> None:
+    """vLLM reports back the prompt it rendered (prompt_logprobs): the volatile line left the system
+    prompt and arrived, intact, after the user's question."""
+    system = "You are a planner.\nCurrent time: 2026-11-22 11:51:13 UTC\nPlan carefully."
+    answer = httpx.post(embedded.proxy + "/v1/chat/completions", json={
+        "model": embedded.model, "max_tokens": 1, "prompt_logprobs": 0,
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": "What first?"}],
+    }, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-prefixgate-relocated"] == "1"
+    tokens = answer.json()["prompt_logprobs"]
+    rendered = "".join(next(iter(entry.values()))["decoded_token"] for entry in tokens if entry)
+    system_at = rendered.index("You are a planner.\nPlan carefully.")
+    question_at = rendered.index("What first?")
+    note_at = rendered.index("Current time: 2026-11-22 11:51:13 UTC")
+    assert system_at < question_at < note_at

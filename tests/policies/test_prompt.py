@@ -1,0 +1,140 @@
+"""The prompt rewrite: canonical system text and tools, volatile spans moved to one tail note."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policies.prompt import NOTE_HEADER, PromptPolicy, rewrite_chat
+
+SYSTEM = (
+    "You are the ACME support agent.\nCurrent time: 2026-11-22 11:51:13 UTC\n"
+    "trace_id=4bf92f3577b34da6a3ce929d0e0e4736\n\nBe brief."
+)
+
+
+def chat(system: str, user: str = "Where is my order?", **extra: Any) -> dict[str, Any]:
+    return {"model": "m", "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            **extra}
+
+
+def test_labelled_lines_move_to_a_note_after_the_last_user_message() -> None:
+    body = chat(SYSTEM)
+    result = rewrite_chat(body, PromptPolicy())
+    system, user = result.body["messages"]
+    assert system["content"] == "You are the ACME support agent.\n\nBe brief."
+    assert user["content"] == (
+        "Where is my order?\n\n" + NOTE_HEADER + "\nCurrent time: 2026-11-22 11:51:13 UTC"
+        "\ntrace_id=4bf92f3577b34da6a3ce929d0e0e4736"
+    )
+    assert (result.changed, result.detected, result.moved) == (True, 2, 2)
+    assert body == chat(SYSTEM)  # the input is untouched
+
+
+def test_inline_spans_leave_a_numbered_marker() -> None:
+    system = "Prices as of [2026-11-22 11:51], in EUR. Request 0f8fad5b-d9cb-469f-a165-70867728950e."
+    result = rewrite_chat(chat(system), PromptPolicy())
+    assert result.body["messages"][0]["content"] == "Prices as of [ref 1], in EUR. Request [ref 2]."
+    assert result.body["messages"][1]["content"].endswith(
+        "[ref 1] = [2026-11-22 11:51]\n[ref 2] = 0f8fad5b-d9cb-469f-a165-70867728950e")
+
+
+def test_strip_drops_and_keep_counts() -> None:
+    stripped = rewrite_chat(chat(SYSTEM), PromptPolicy(volatile="strip"))
+    assert stripped.body["messages"][0]["content"] == "You are the ACME support agent.\n\nBe brief."
+    assert stripped.body["messages"][1]["content"] == "Where is my order?"
+    kept = rewrite_chat(chat(SYSTEM), PromptPolicy(volatile="keep", canonical=False))
+    assert (kept.changed, kept.detected, kept.moved) == (False, 2, 0)
+    assert kept.body == chat(SYSTEM)
+
+
+def test_note_as_final_system_message_and_history_scope() -> None:
+    body = {"model": "m", "messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "[2026-11-22 11:51:13] Hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "[2026-11-22 11:52:40] Bye"},
+    ]}
+    assert rewrite_chat(body, PromptPolicy()).changed is False  # user turns are not touched by default
+    result = rewrite_chat(body, PromptPolicy(scope="history", note="system_message"))
+    messages = result.body["messages"]
+    assert messages[1]["content"] == "[ref 1] Hi"
+    assert messages[3]["content"] == "[2026-11-22 11:52:40] Bye"  # the last user turn is the tail already
+    assert messages[4] == {"role": "system", "content": NOTE_HEADER + "\n[ref 1] = [2026-11-22 11:51:13]"}
+    assert rewrite_chat(result.body, PromptPolicy(scope="history", note="system_message")).body == result.body
+
+
+def test_content_parts_are_rewritten_text_part_by_text_part() -> None:
+    body = {"model": "m", "messages": [
+        {"role": "system", "content": [{"type": "text", "text": "Today is Sunday.\nBe brief."}]},
+        {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "image_url", "image_url": {"url": "x"}}]},
+    ]}
+    messages = rewrite_chat(body, PromptPolicy()).body["messages"]
+    assert messages[0]["content"] == [{"type": "text", "text": "Be brief."}]
+    assert messages[1]["content"][-1] == {"type": "text", "text": NOTE_HEADER + "\nToday is Sunday"}
+
+
+def test_canonical_system_text_tools_and_schema() -> None:
+    tools = [{"type": "function", "function": {"parameters": {"b": 1, "a": 2}, "name": "zeta"}},
+             {"function": {"name": "alpha", "description": "d"}, "type": "function"}]
+    schema = {"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {"y": {}, "x": {}}},
+                                                     "name": "s"}}
+    result = rewrite_chat(chat("Cafe\u0301 rules  \r\n\r\n\r\n\r\nBe brief.\t\n", tools=tools, response_format=schema),
+                          PromptPolicy())
+    assert result.body["messages"][0]["content"] == "Caf\u00e9 rules\n\nBe brief."
+    assert [t["function"]["name"] for t in result.body["tools"]] == ["alpha", "zeta"]
+    assert list(result.body["tools"][1]["function"]["parameters"]) == ["a", "b"]
+    assert list(result.body["tools"][1]) == ["function", "type"]
+    assert list(result.body["response_format"]["json_schema"]["schema"]["properties"]) == ["x", "y"]
+
+
+def test_user_text_is_never_canonicalized() -> None:
+    body = chat("Be brief.", user="Keep   my\r\nspacing  ")
+    assert rewrite_chat(body, PromptPolicy()).changed is False
+
+
+# ---- properties ----
+
+words = st.text(alphabet=st.characters(codec="utf-8", categories=["L", "N", "P", "Zs"]), max_size=40)
+stamps = st.builds(
+    lambda y, mo, d, h, mi: f"{y}-{mo:02d}-{d:02d} {h:02d}:{mi:02d}",
+    st.integers(2000, 2099), st.integers(1, 12), st.integers(1, 28), st.integers(0, 23), st.integers(0, 59),
+)
+ids = st.uuids(version=4).map(str)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(words, stamps.map(lambda s: f"Current time: {s}"), ids), max_size=8), words)
+def test_rewrite_is_idempotent(lines: list[str], user: str) -> None:
+    once = rewrite_chat(chat("\r\n".join(lines) + " \n\n\n", user=user), PromptPolicy())
+    twice = rewrite_chat(once.body, PromptPolicy())
+    assert twice.body == once.body
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(
+    st.one_of(words.map(lambda w: (w, False)), stamps.map(lambda s: (s, True)), ids.map(lambda i: (i, True))),
+    min_size=1, max_size=8,
+))
+def test_every_moved_span_is_in_the_note_in_order(parts: list[tuple[str, bool]]) -> None:
+    volatile = [text for text, is_volatile in parts if is_volatile]
+    result = rewrite_chat(chat("Header.\n" + "\n".join(text for text, _ in parts)), PromptPolicy())
+    note = result.body["messages"][-1]["content"].split(NOTE_HEADER, 1)[-1]
+    cursor = 0
+    for value in volatile:  # each one present, after the one before it
+        cursor = note.find(value, cursor)
+        assert cursor >= 0, (value, note)
+        cursor += len(value)
+
+
+@settings(max_examples=100, deadline=None)
+@given(stamps, stamps, ids, ids, words)
+def test_prompts_differing_only_in_volatile_spans_share_the_prefix(t1: str, t2: str, i1: str, i2: str, w: str) -> None:
+    def system(stamp: str, trace: str) -> str:
+        return f"You are an agent. {w}\nCurrent time: {stamp}\nrequest_id={trace.replace('-', '')}\nUse the tools."
+
+    first = rewrite_chat(chat(system(t1, i1)), PromptPolicy()).body["messages"][0]
+    second = rewrite_chat(chat(system(t2, i2)), PromptPolicy()).body["messages"][0]
+    assert first == second

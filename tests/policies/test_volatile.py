@@ -1,0 +1,76 @@
+"""Each volatile format is found exactly; ordinary text (prices, versions, phones, code) never is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from policies.volatile import custom_detectors, find_volatile
+
+POSITIVE = [
+    # (text, the exact span expected, kind)
+    ("Generated at 2026-11-22T11:51:13Z by the planner.", "2026-11-22T11:51:13Z", "datetime"),
+    ("at 2026-11-22 11:51:13.123456+01:00 we", "2026-11-22 11:51:13.123456+01:00", "datetime"),
+    ("compact 20261122 is not, but 2026-11-22T115113Z is", "2026-11-22T115113Z", "datetime"),
+    ("Report for 2026-11-22, all regions.", "2026-11-22", "datetime"),
+    ("Last-Modified: Sun, 22 Nov 2026 11:51:13 GMT", "Sun, 22 Nov 2026 11:51:13 GMT", "datetime"),
+    ("logged 2026/11/22 11:51 by cron", "2026/11/22 11:51", "datetime"),
+    ("due 11/22/2026 at the latest", "11/22/2026", "datetime"),
+    ("Stand: 22.11.2026, 11:51", "22.11.2026, 11:51", "datetime"),
+    ("It is November 22, 2026 in Berlin", "November 22, 2026", "datetime"),
+    ("on Sunday, November 22nd 2026, 11:51 AM PST sharp", "Sunday, November 22nd 2026, 11:51 AM PST", "datetime"),
+    ("since 22 Nov 2026 only", "22 Nov 2026", "datetime"),
+    ("更新于2026年11月22日 11:51。", "2026年11月22日 11:51", "datetime"),
+    ("Current time: 2026-11-22T11:51:13.123Z", "Current time: 2026-11-22T11:51:13.123Z", "clock"),
+    ("Current date and time: Sunday, 11:51 UTC", "Current date and time: Sunday, 11:51 UTC", "clock"),
+    ("Today is Sunday.", "Today is Sunday", "clock"),
+    ("- Today's date: 22 November 2026", "Today's date: 22 November 2026", "clock"),
+    ("当前日期:2025年5月14日。", "当前日期:2025年5月14日", "clock"),
+    ("timestamp: 1795375357", "timestamp: 1795375357", "clock"),
+    ('{"ts": 1795375357123, "x": 1}', 'ts": 1795375357123', "epoch"),
+    ("epoch=1795375357 seconds", "epoch=1795375357", "epoch"),
+    ("user 0f8fad5b-d9cb-469f-a165-70867728950e asked", "0f8fad5b-d9cb-469f-a165-70867728950e", "uuid"),
+    ("v7 id 01936f5e-7c4a-7b3e-9f21-3c5d8e9a0b1c here", "01936f5e-7c4a-7b3e-9f21-3c5d8e9a0b1c", "uuid"),
+    ("traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+     "traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "traceparent"),
+    ("trace_id=4bf92f3577b34da6a3ce929d0e0e4736 span_id=00f067aa0ba902b7",
+     "trace_id=4bf92f3577b34da6a3ce929d0e0e4736", "id"),
+    ('{"requestId": "req_8ZtQ2xLm9"}', 'requestId": "req_8ZtQ2xLm9', "id"),
+    ("Session ID: 9f8e7d6c5b4a", "Session ID: 9f8e7d6c5b4a", "id"),
+    ("X-Correlation-ID: 7Hq2Kx9PzR4m", "X-Correlation-ID: 7Hq2Kx9PzR4m", "id"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected", "kind"), POSITIVE, ids=[case[1][:32] for case in POSITIVE])
+def test_each_format_is_found_exactly(text: str, expected: str, kind: str) -> None:
+    spans = find_volatile(text)
+    assert [(text[s.start:s.end], s.kind) for s in spans][:1] == [(expected, kind)]
+
+
+def test_all_spans_of_a_text_in_order_without_overlap() -> None:
+    text = "trace_id=4bf92f3577b34da6a3ce929d0e0e4736 span_id=00f067aa0ba902b7 at 2026-11-22 11:51"
+    found = [text[s.start:s.end] for s in find_volatile(text)]
+    assert found == ["trace_id=4bf92f3577b34da6a3ce929d0e0e4736", "span_id=00f067aa0ba902b7", "2026-11-22 11:51"]
+
+
+def test_negative_corpus_has_no_detections() -> None:
+    corpus = (Path(__file__).parent / "data" / "negative_corpus.txt").read_text().splitlines()
+    assert len(corpus) >= 200
+    flagged = {line: [line[s.start:s.end] for s in find_volatile(line)] for line in corpus if find_volatile(line)}
+    assert flagged == {}
+
+
+@pytest.mark.parametrize("text", [
+    "2026-13-22", "2026-11-32", "1850-01-01", "13/45/2026", "version 2.11.2026-rc1", "call 555-11-2026x",
+    "Time is money.", "Today is a good day to learn.", "request_id: unknown", "ts=12345",
+])
+def test_near_misses_are_not_volatile(text: str) -> None:
+    assert find_volatile(text) == []
+
+
+def test_tenant_patterns_with_and_without_a_value_group() -> None:
+    detectors = custom_detectors([("ticket", r"TICKET-\d+"), ("build", r"build=(?P<value>[0-9a-f]{7})")])
+    text = "Working on TICKET-4521 for build=a1b2c3d today."
+    found = [(text[s.start:s.end], s.kind) for s in find_volatile(text, detectors)]
+    assert found == [("TICKET-4521", "ticket"), ("a1b2c3d", "build")]
