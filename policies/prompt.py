@@ -160,13 +160,15 @@ def rewrite_chat(body: dict[str, Any], policy: PromptPolicy) -> Rewrite:
     if note is not None:
         _with_note(new_messages, tail, note, policy.note)
         changed = True
-    new_body = {**body, "messages": new_messages} if changed else dict(body)
+    new_body = {**body, "messages": new_messages} if changed else body
     if policy.canonical:
+        updates: dict[str, Any] = {}
         for key in ("tools", "functions"):
             if isinstance(body.get(key), list) and body[key]:
-                new_body[key] = canonical_tools(body[key])
-                changed = True
+                updates[key] = canonical_tools(body[key])
         if isinstance(body.get("response_format"), dict) and "json_schema" in body["response_format"]:
-            new_body["response_format"] = sorted_json(body["response_format"])
+            updates["response_format"] = sorted_json(body["response_format"])
+        if updates:
+            new_body = {**new_body, **updates}
             changed = True
-    return Rewrite(new_body if changed else body, changed, mover.detected, mover.moved)
+    return Rewrite(new_body, changed, mover.detected, mover.moved)
