@@ -8,23 +8,17 @@ nothing (tests check that property).
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from typing import Any
 
-_TRAILING_BLANKS = re.compile(r"[ \t\f\v]+(?=\n|$)")
-_BLANK_RUNS = re.compile(r"\n{3,}")
+_TRAILING_BLANKS = " \t\f\v"
 
 
-def canonical_text(text: str) -> str:
-    """NFC, ``\\n`` line ends, no trailing blanks on a line, at most one blank line in a row."""
-    if not text.isascii():
-        text = unicodedata.normalize("NFC", text)
-    if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    text = _TRAILING_BLANKS.sub("", text)
-    text = _BLANK_RUNS.sub("\n\n", text)
-    return text.strip("\n")
+def canonical_line(line: str) -> str:
+    """NFC, no trailing blanks. Line-local, so a text can be made canonical one line at a time."""
+    if not line.isascii():
+        line = unicodedata.normalize("NFC", line)
+    return line.rstrip(_TRAILING_BLANKS)
 
 
 def sorted_json(value: Any) -> Any:

@@ -10,19 +10,22 @@ Pure: a request body in, a new body out; the input is never mutated.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from policies.canonical import canonical_text, canonical_tools, sorted_json
-from policies.volatile import Detector, Span, find_volatile
+from policies.canonical import canonical_line, canonical_tools, sorted_json
+from policies.lines import LineScanner, ScannedLine
+from policies.volatile import Span
 
 VolatileAction = Literal["relocate", "strip", "keep"]
 NOTE_HEADER = "[Request context, moved here from earlier in the prompt by prefixgate]"
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 _HISTORY_ROLES = frozenset({"user", "assistant"})
 _BULLETS = " \t-*#>•"
-_LINE_END_PUNCTUATION = " \t.;,。"
+_LINE_END_PUNCTUATION = " \t\r.;,。"
 _BRACKETS = {"[": "]", "(": ")", "<": ">", "{": "}"}
+_BLANK_RUNS = re.compile(r"\n{3,}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +34,8 @@ class PromptPolicy:
     scope: Literal["system", "history"] = "system"  # history: earlier user/assistant turns too
     note: Literal["last_user", "system_message"] = "last_user"
     canonical: bool = True
-    detectors: tuple[Detector, ...] = ()  # tenant-configured, on top of the built-in ones
+    # Built-in plus tenant-configured detectors, with the per-line result cache.
+    scanner: LineScanner = field(default_factory=LineScanner, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,37 +56,55 @@ class _Mover:
         self.moved = 0
         self.refs = 0
 
-    def rewrite(self, text: str) -> str:
-        spans = find_volatile(text, self.policy.detectors)
-        self.detected += len(spans)
-        if not spans or self.policy.volatile == "keep":
-            return text
+    def canonical(self, text: str) -> str:
+        """System text: canonical form (line ends, NFC, trailing blanks, blank runs) and spans moved."""
+        if "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        text = "\n".join(self._move(self.policy.scanner.scan_canonical(text.split("\n")), canonical=True))
+        if "\n\n\n" in text:
+            text = _BLANK_RUNS.sub("\n\n", text)
+        return text.strip("\n")
+
+    def raw(self, text: str) -> str:
+        """Conversation turns (and system text without canonical form): spans moved, nothing else."""
+        return "\n".join(self._move(self.policy.scanner.scan_raw(text.split("\n")), canonical=False))
+
+    def _move(self, scanned: list[ScannedLine], canonical: bool) -> list[str]:
+        lines: list[str | None] = [line for line, _ in scanned]
+        hits = [index for index, (_, spans) in enumerate(scanned) if spans]
+        if not hits:
+            return lines  # type: ignore[return-value]
+        for index in hits:
+            line, spans = scanned[index]
+            self.detected += len(spans)
+            if self.policy.volatile != "keep":
+                moved = self._move_line(line, spans)
+                lines[index] = moved if moved is None or not canonical else canonical_line(moved)
+        return [line for line in lines if line is not None]
+
+    def _move_line(self, line: str, spans: tuple[Span, ...]) -> str | None:
+        """The line without its spans (None: the line was only the fact and goes whole)."""
         relocate = self.policy.volatile == "relocate"
         pieces: list[str] = []
         cursor = 0
         for span in spans:
-            start, end = _widen(text, span)
+            start, end = _widen(line, span)
             if start < cursor:
                 continue
-            line_start = text.rfind("\n", 0, start) + 1
-            line_end = text.find("\n", end)
-            line_end = len(text) if line_end < 0 else line_end
-            fact = text[start:end]
+            fact = line[start:end]
             self.moved += 1
-            if line_start >= cursor and _whole_line(text, line_start, start, end, line_end):
-                pieces.append(text[cursor:line_start])
-                cursor = min(line_end + 1, len(text))
+            if cursor == 0 and len(spans) == 1 and _whole_line(line, start, end):
                 if relocate:
                     self.note_lines.append(fact)
-            else:
-                pieces.append(text[cursor:start])
-                cursor = end
-                if relocate:
-                    self.refs += 1
-                    marker = f"[ref {self.refs}]"
-                    pieces.append(marker)
-                    self.note_lines.append(f"{marker} = {fact}")
-        pieces.append(text[cursor:])
+                return None
+            pieces.append(line[cursor:start])
+            cursor = end
+            if relocate:
+                self.refs += 1
+                marker = f"[ref {self.refs}]"
+                pieces.append(marker)
+                self.note_lines.append(f"{marker} = {fact}")
+        pieces.append(line[cursor:])
         return "".join(pieces)
 
     def note(self) -> str | None:
@@ -97,8 +119,8 @@ def _widen(text: str, span: Span) -> tuple[int, int]:
     return start, end
 
 
-def _whole_line(text: str, line_start: int, start: int, end: int, line_end: int) -> bool:
-    return not text[line_start:start].strip(_BULLETS) and not text[end:line_end].strip(_LINE_END_PUNCTUATION)
+def _whole_line(line: str, start: int, end: int) -> bool:
+    return not line[:start].strip(_BULLETS) and not line[end:].strip(_LINE_END_PUNCTUATION)
 
 
 def _map_text(content: Any, change: Any) -> Any:
@@ -142,13 +164,9 @@ def rewrite_chat(body: dict[str, Any], policy: PromptPolicy) -> Rewrite:
     for index, message in enumerate(messages):
         role = message.get("role")
         if role in _SYSTEM_ROLES and not _is_note(message):
-            if policy.canonical:
-                def change(text: str) -> str:
-                    return canonical_text(mover.rewrite(canonical_text(text)))
-            else:
-                change = mover.rewrite
+            change = mover.canonical if policy.canonical else mover.raw
         elif policy.scope == "history" and role in _HISTORY_ROLES and (tail is None or index < tail):
-            change = mover.rewrite
+            change = mover.raw
         else:
             continue
         content = message.get("content")

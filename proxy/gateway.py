@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from policies.lines import LineScanner
 from policies.prompt import PromptPolicy
 from policies.volatile import custom_detectors
 from proxy.auth import KeyTable
@@ -33,5 +34,5 @@ class Gateway:
 def prompt_policy(config: PromptConfig) -> PromptPolicy:
     return PromptPolicy(
         volatile=config.volatile, scope=config.scope, note=config.note, canonical=config.canonical,
-        detectors=custom_detectors([(pattern.name, pattern.regex) for pattern in config.patterns]),
+        scanner=LineScanner(custom_detectors([(pattern.name, pattern.regex) for pattern in config.patterns])),
     )

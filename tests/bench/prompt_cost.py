@@ -1,7 +1,8 @@
 """Cost of the prompt rewrite on a ~4,000-token agent prompt (issue 3 target: p50 <= 0.3 ms).
 
 Times what the proxy adds per chat request: rewrite_chat (canonical form, volatile detection and
-relocation) plus the one re-serialization of the body. Prints p50/p99 over many runs.
+relocation) plus the one re-serialization of the body. Prints p50/p99 for a
+repeated prompt (the steady state) and for a first-seen one.
 
     python tests/bench/prompt_cost.py [--runs 2000]
 """
@@ -21,11 +22,12 @@ WORDS = ("the agent must check the order status call tools when needed answer in
          "never invent tracking numbers escalate refunds above 500 EUR to a human keep answers short").split()
 
 
-def agent_body(rng: random.Random, target_chars: int = 16_000) -> dict:
+def agent_body(rng: random.Random, template: list[str], target_chars: int = 16_000) -> dict:
+    """The same agent system prompt each time, with a fresh clock line and trace ID at its top."""
+    while sum(map(len, template)) < target_chars:
+        template.append(" ".join(rng.choice(WORDS) for _ in range(rng.randrange(8, 20))).capitalize() + ".")
     lines = [f"Current time: 2026-11-22 11:{rng.randrange(60):02d}:{rng.randrange(60):02d} UTC",
-             f"trace_id={uuid.UUID(int=rng.getrandbits(128)).hex}", "You are the ACME support agent."]
-    while sum(map(len, lines)) < target_chars:
-        lines.append(" ".join(rng.choice(WORDS) for _ in range(rng.randrange(8, 20))).capitalize() + ".")
+             f"trace_id={uuid.UUID(int=rng.getrandbits(128)).hex}", *template]
     tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "Looks things up.",
                                                "parameters": {"type": "object", "properties": {
                                                    "order_id": {"type": "string"}, "verbose": {"type": "boolean"}},
@@ -34,25 +36,36 @@ def agent_body(rng: random.Random, target_chars: int = 16_000) -> dict:
         {"role": "system", "content": "\n".join(lines)}, {"role": "user", "content": "Where is order 1234?"}]}
 
 
+def timed(body: dict, policy: PromptPolicy) -> float:
+    started = time.perf_counter()
+    result = rewrite_chat(body, policy)
+    if result.changed:
+        orjson.dumps(result.body)
+    return (time.perf_counter() - started) * 1000
+
+
+def percentiles(samples: list[float]) -> str:
+    samples = sorted(samples)
+    return f"p50 {samples[len(samples) // 2]:.3f} ms, p99 {samples[int(len(samples) * 0.99)]:.3f} ms"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=2000)
     args = parser.parse_args()
     rng = random.Random(1)
-    bodies = [agent_body(rng) for _ in range(50)]
+    template: list[str] = ["You are the ACME support agent."]
+    bodies = [agent_body(rng, template) for _ in range(args.runs)]
     policy = PromptPolicy()
-    samples = []
-    for i in range(args.runs):
-        body = bodies[i % len(bodies)]
-        started = time.perf_counter()
-        result = rewrite_chat(body, policy)
-        if result.changed:
-            orjson.dumps(result.body)
-        samples.append((time.perf_counter() - started) * 1000)
-    samples.sort()
+    # Cold: a prompt this gateway has never seen (a fresh policy each time, so an empty line cache).
+    cold = [timed(bodies[i], PromptPolicy()) for i in range(min(args.runs, 200))]
+    # Warm: the steady state of an app that sends the same system prompt with a fresh time and ID.
+    warm = [timed(body, policy) for body in bodies]
     chars = len(bodies[0]["messages"][0]["content"])
-    print(f"system prompt {chars} chars (~{chars // 4} tokens), 6 tools, {args.runs} runs: "
-          f"p50 {samples[len(samples) // 2]:.3f} ms, p99 {samples[int(len(samples) * 0.99)]:.3f} ms")
+    print(f"system prompt {chars} chars (~{chars // 4} tokens), 6 tools, fresh time + trace ID per request")
+    print(f"  repeated prompt ({args.runs} runs): {percentiles(warm)}")
+    print(f"  first-seen prompt ({len(cold)} runs): {percentiles(cold)}")
+    print(f"  line cache: {policy.scanner.cache_info()}")
 
 
 if __name__ == "__main__":
