@@ -81,6 +81,11 @@ def _of_type(kind: type, expected: str) -> Callable[[str, Any], None]:
     return check
 
 
+def _non_empty_string(param: str, value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise _wrong_type(param, "a non-empty string", value)
+
+
 def _stop(param: str, value: Any) -> None:
     if isinstance(value, str):
         return
@@ -195,6 +200,7 @@ _SAMPLING_FIELDS: dict[str, Callable[[str, Any], None]] = {
     "stop": _stop,
     "user": _of_type(str, "a string"),
     "logit_bias": _of_type(dict, "an object"),
+    "cache_salt": _non_empty_string,  # vLLM's prefix-cache salt; prefixgate may derive it per tenant
 }
 
 _CHAT_FIELDS: dict[str, Callable[[str, Any], None]] = {

@@ -131,6 +131,13 @@ class PromptConfig(_Frozen):
     note: Literal["last_user", "system_message"] = "last_user"
     canonical: bool = True
     patterns: list[VolatilePattern] = Field(default_factory=list)
+    cache_salt: Literal["isolate", "share"] = "isolate"
+
+
+class TenantConfig(_Frozen):
+    """Per-tenant settings. ``prompt`` fields given here replace the top-level ``prompt`` ones."""
+
+    prompt: PromptConfig = PromptConfig()
 
 
 class Config(_Frozen):
@@ -139,6 +146,7 @@ class Config(_Frozen):
     pools: list[PoolConfig] = Field(default_factory=list)
     embeddings: UpstreamConfig | None = None
     prompt: PromptConfig = PromptConfig()
+    tenants: dict[str, TenantConfig] = Field(default_factory=dict)
     engine: EngineConfig = EngineConfig()
     data_dir: str = Field(default_factory=lambda: str(Path.home() / ".cache" / "prefixgate"))
     resolved_keys: dict[str, str] = Field(default_factory=dict, repr=False, exclude=True)
@@ -151,6 +159,13 @@ class Config(_Frozen):
         if duplicates:
             raise ValueError(f"pool names must be unique; repeated: {', '.join(duplicates)}")
         return pools
+
+    def tenant_prompt(self, tenant: str) -> PromptConfig:
+        """The top-level prompt settings with this tenant's own fields laid over them."""
+        own = self.tenants.get(tenant)
+        if own is None:
+            return self.prompt
+        return PromptConfig.model_validate({**self.prompt.model_dump(), **own.prompt.model_dump(exclude_unset=True)})
 
     @property
     def wants_engine(self) -> bool:

