@@ -11,6 +11,7 @@ from policies.volatile import custom_detectors
 from proxy.auth import OPEN_TENANT, KeyTable
 from proxy.config import Config, PromptConfig
 from proxy.metrics import Metrics
+from proxy.prefix_meter import PrefixMeter
 from proxy.upstream import Upstreams
 
 
@@ -18,6 +19,7 @@ from proxy.upstream import Upstreams
 class TenantPolicy:
     """Everything decided per tenant once at start-up, looked up once per request."""
 
+    name: str
     prompt: PromptPolicy
     cache_mode: CacheMode
     salt: str
@@ -30,12 +32,14 @@ class Gateway:
     metrics: Metrics
     upstreams: Upstreams
     tenants: dict[str, TenantPolicy]  # every tenant an API key can name, and the open-mode one
+    prefix_meter: PrefixMeter
 
     @classmethod
     async def start(cls, config: Config, metrics: Metrics) -> Gateway:
         upstreams = Upstreams(config)
         await upstreams.discover()
-        return cls(config, KeyTable(config.resolved_keys), metrics, upstreams, tenant_policies(config))
+        return cls(config, KeyTable(config.resolved_keys), metrics, upstreams, tenant_policies(config),
+                   PrefixMeter(metrics))
 
     async def aclose(self) -> None:
         await self.upstreams.aclose()
@@ -52,7 +56,7 @@ def tenant_policies(config: Config) -> dict[str, TenantPolicy]:
             scanner = scanners[patterns] = LineScanner(custom_detectors(patterns))
         policy = PromptPolicy(volatile=prompt.volatile, scope=prompt.scope, note=prompt.note,
                               canonical=prompt.canonical, scanner=scanner)
-        return TenantPolicy(policy, prompt.cache_salt, tenant_salt(tenant))
+        return TenantPolicy(tenant, policy, prompt.cache_salt, tenant_salt(tenant))
 
     names = {*config.resolved_keys.values(), *config.tenants, OPEN_TENANT}
     return {name: build(config.tenant_prompt(name), name) for name in names}

@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from policies.cache_salt import cache_salt
 from policies.prompt import rewrite_chat
+from policies.stable_prefix import chat_pieces, completion_pieces
 from policies.types import Endpoint, Rejection
 from policies.validate import validate_request
 from proxy.body import ClientGone, decode_json, read_body
@@ -77,6 +78,9 @@ class GenerationRoute:
                         (b"x-prefixgate-volatile", str(rewrite.detected).encode()),
                         (b"x-prefixgate-relocated", str(rewrite.moved).encode()),
                     ]
+                    gateway.prefix_meter.observe(tenant.name, chat_pieces(body), rewrite.moved)
+                else:
+                    gateway.prefix_meter.observe(tenant.name, completion_pieces(body), 0)
                 salt = cache_salt(tenant.cache_mode, tenant.salt, body.get("cache_salt"))
                 if salt is not None and salt != body.get("cache_salt"):
                     if changed or "cache_salt" in body:

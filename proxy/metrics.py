@@ -6,6 +6,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+PREFIX_TOKEN_BUCKETS = (0, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+RATIO_BUCKETS = (0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1)
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10, 30, 60)
 
 
@@ -32,7 +34,23 @@ class Metrics:
             "prefixgate_upstream_errors", "Failed upstream exchanges, by pool and kind.",
             ["pool", "kind"], registry=self.registry,
         )
+        self._stable_tokens = Histogram(
+            "prefixgate_stable_prefix_tokens",
+            "Estimated tokens (4 characters each) at the start of a prompt, after the rewrite, that equal "
+            "the start of the same tenant's previous prompt: what the engine's prefix cache can reuse.",
+            ["tenant"], buckets=PREFIX_TOKEN_BUCKETS, registry=self.registry,
+        )
+        self._stable_ratio = Histogram(
+            "prefixgate_stable_prefix_ratio",
+            "Share of a prompt's characters, after the rewrite, that repeat the tenant's previous prompt.",
+            ["tenant"], buckets=RATIO_BUCKETS, registry=self.registry,
+        )
+        self._moved = Counter(
+            "prefixgate_volatile_spans_moved", "Volatile spans taken out of prompt prefixes, by tenant.",
+            ["tenant"], registry=self.registry,
+        )
         self._children: dict[tuple[str, ...], tuple[Counter, Histogram]] = {}
+        self._tenant_children: dict[str, tuple[Histogram, Histogram, Counter]] = {}
         self._ttft_children: dict[str, Histogram] = {}
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
@@ -49,6 +67,16 @@ class Metrics:
         if child is None:
             child = self._ttft_children[route] = self._ttft.labels(route)
         child.observe(seconds)
+
+    def observe_prompt(self, tenant: str, stable_tokens: int, stable_ratio: float, moved: int) -> None:
+        children = self._tenant_children.get(tenant)
+        if children is None:
+            children = self._tenant_children[tenant] = (
+                self._stable_tokens.labels(tenant), self._stable_ratio.labels(tenant), self._moved.labels(tenant))
+        children[0].observe(stable_tokens)
+        children[1].observe(stable_ratio)
+        if moved:
+            children[2].inc(moved)
 
     def upstream_error(self, pool: str, kind: str) -> None:
         self._upstream_errors.labels(pool, kind).inc()

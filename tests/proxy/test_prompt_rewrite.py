@@ -8,6 +8,7 @@ import httpx
 
 from policies.prompt import NOTE_HEADER
 from tests.conftest import FakeServer, pool
+from tests.support.metrics_text import sample_sum
 
 SYSTEM = "You are a planner.  \r\nCurrent time: 2026-11-22 11:51:13 UTC\r\nrequest_id=req8ZtQ2xLm9Q\r\nPlan well."
 
@@ -50,3 +51,26 @@ def test_requests_with_nothing_to_change_are_not_rewritten(fake: FakeServer, sta
     answer = httpx.post(gateway + "/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
     assert answer.headers["x-prefixgate-relocated"] == "0"
     assert fake.app.stats.last_body["messages"][0]["content"] == "  hi  "
+
+
+def test_stable_prefix_metric_sees_what_the_rewrite_saves(fake: FakeServer, start_proxy: Callable[..., str]) -> None:
+    rules = "\n".join(f"Rule {n}: be precise about item {n}." for n in range(40))
+    gateway = start_proxy({
+        "pools": [pool("p", fake.base_url, models=["fake-model"])],
+        "auth": {"keys": [{"tenant": "moving", "key": "key-moving-1"}, {"tenant": "keeping", "key": "key-keeping-1"}]},
+        "tenants": {"keeping": {"prompt": {"volatile": "keep"}}},
+    })
+    for minute in (51, 52):
+        system = f"Current time: 2026-11-22 11:{minute}:13 UTC\n{rules}"
+        for tenant in ("moving", "keeping"):
+            answer = httpx.post(gateway + "/v1/chat/completions", json=body(system),
+                                headers={"Authorization": f"Bearer key-{tenant}-1"})
+            assert answer.status_code == 200
+    metrics = httpx.get(gateway + "/metrics").text
+    # Second request of each tenant: the relocating one shares its whole system prompt (~1,300 chars),
+    # the one that keeps the clock line only its role marker and "Current time: 2026-11-22 11:5" (37 chars).
+    assert sample_sum(metrics, "prefixgate_stable_prefix_tokens_sum", tenant="moving") > 300
+    assert sample_sum(metrics, "prefixgate_stable_prefix_tokens_sum", tenant="keeping") == 37 // 4
+    assert sample_sum(metrics, "prefixgate_stable_prefix_ratio_bucket", tenant="moving", le="0.75") == 1  # the first
+    assert sample_sum(metrics, "prefixgate_volatile_spans_moved_total", tenant="moving") == 2
+    assert sample_sum(metrics, "prefixgate_volatile_spans_moved_total", tenant="keeping") == 0
