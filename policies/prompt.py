@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from policies.canonical import canonical_line, canonical_tools, sorted_json
 from policies.lines import LineScanner, ScannedLine
+from policies.templates import Template, apply_template
 from policies.volatile import Span
 
 VolatileAction = Literal["relocate", "strip", "keep"]
@@ -34,6 +35,7 @@ class PromptPolicy:
     scope: Literal["system", "history"] = "system"  # history: earlier user/assistant turns too
     note: Literal["last_user", "system_message"] = "last_user"
     canonical: bool = True
+    templates: tuple[Template, ...] = ()  # canonical preambles for near-identical system prompts
     # Built-in plus tenant-configured detectors, with the per-line result cache.
     scanner: LineScanner = field(default_factory=LineScanner, compare=False)
 
@@ -44,6 +46,7 @@ class Rewrite:
     changed: bool  # the body differs from the request's: it must be re-serialized
     detected: int  # volatile spans found
     moved: int  # spans taken out of the prefix (relocated or stripped)
+    templated: int = 0  # system messages rewritten to a template's canonical preamble
 
 
 class _Mover:
@@ -55,6 +58,18 @@ class _Mover:
         self.detected = 0
         self.moved = 0
         self.refs = 0
+        self.templated = 0
+
+    def system(self, text: str) -> str:
+        """A system message: canonical form, spans moved, then a matching template's canonical preamble."""
+        text = self.canonical(text) if self.policy.canonical else self.raw(text)
+        if self.policy.templates:
+            applied = apply_template(text, self.policy.templates)
+            if applied is not None:
+                text, values = applied
+                self.note_lines.extend(values)
+                self.templated += 1
+        return text
 
     def canonical(self, text: str) -> str:
         """System text: canonical form (line ends, NFC, trailing blanks, blank runs) and spans moved."""
@@ -164,7 +179,7 @@ def rewrite_chat(body: dict[str, Any], policy: PromptPolicy) -> Rewrite:
     for index, message in enumerate(messages):
         role = message.get("role")
         if role in _SYSTEM_ROLES and not _is_note(message):
-            change = mover.canonical if policy.canonical else mover.raw
+            change = mover.system
         elif policy.scope == "history" and role in _HISTORY_ROLES and (tail is None or index < tail):
             change = mover.raw
         else:
@@ -189,4 +204,4 @@ def rewrite_chat(body: dict[str, Any], policy: PromptPolicy) -> Rewrite:
         if updates:
             new_body = {**new_body, **updates}
             changed = True
-    return Rewrite(new_body, changed, mover.detected, mover.moved)
+    return Rewrite(new_body, changed, mover.detected, mover.moved, mover.templated)

@@ -16,6 +16,8 @@ import orjson
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from policies.templates import compile_template
+
 ENV_CONFIG = "PREFIXGATE_CONFIG"
 ENV_UPSTREAM = "PREFIXGATE_UPSTREAM"
 ENV_PORT = "PREFIXGATE_PORT"
@@ -123,6 +125,18 @@ class VolatilePattern(_Frozen):
         return regex
 
 
+class TemplateConfig(_Frozen):
+    """A canonical system preamble with ``{variables}``; see docs/configuration.md, prompt.templates."""
+
+    name: str = Field(min_length=1)
+    text: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _compiles(self) -> TemplateConfig:
+        compile_template(self.name, self.text)  # its ValueError names the template and the problem
+        return self
+
+
 class PromptConfig(_Frozen):
     """How chat prompts are made cache-friendly (see docs/configuration.md, section prompt)."""
 
@@ -131,6 +145,7 @@ class PromptConfig(_Frozen):
     note: Literal["last_user", "system_message"] = "last_user"
     canonical: bool = True
     patterns: list[VolatilePattern] = Field(default_factory=list)
+    templates: list[TemplateConfig] = Field(default_factory=list)
     cache_salt: Literal["isolate", "share"] = "isolate"
 
 

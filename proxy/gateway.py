@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from policies.cache_salt import CacheMode, tenant_salt
 from policies.lines import LineScanner
 from policies.prompt import PromptPolicy
+from policies.templates import compile_template
 from policies.volatile import custom_detectors
 from proxy.auth import OPEN_TENANT, KeyTable
 from proxy.config import Config, PromptConfig
@@ -55,7 +56,8 @@ def tenant_policies(config: Config) -> dict[str, TenantPolicy]:
         if scanner is None:
             scanner = scanners[patterns] = LineScanner(custom_detectors(patterns))
         policy = PromptPolicy(volatile=prompt.volatile, scope=prompt.scope, note=prompt.note,
-                              canonical=prompt.canonical, scanner=scanner)
+                              canonical=prompt.canonical, scanner=scanner,
+                              templates=tuple(compile_template(t.name, t.text) for t in prompt.templates))
         return TenantPolicy(tenant, policy, prompt.cache_salt, tenant_salt(tenant))
 
     names = {*config.resolved_keys.values(), *config.tenants, OPEN_TENANT}

@@ -77,6 +77,7 @@ class GenerationRoute:
                     headers = [
                         (b"x-prefixgate-volatile", str(rewrite.detected).encode()),
                         (b"x-prefixgate-relocated", str(rewrite.moved).encode()),
+                        (b"x-prefixgate-templated", str(rewrite.templated).encode()),
                     ]
                     gateway.prefix_meter.observe(tenant.name, chat_pieces(body), rewrite.moved)
                 else:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import ConfigError, config_from_dump, dump_config, load_config
+from proxy.config import ConfigError, build_config, config_from_dump, dump_config, load_config
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -62,6 +62,10 @@ pools:
          ["pools[0].timeouts.total", "greater than 0"]),
         ("- just\n- a list\n", ["top level must be a mapping"]),
         ("pools: [\n", ["not valid YAML"]),
+        ("prompt:\n  templates:\n    - {name: t, text: 'Hi {0}'}\n",
+         ["prompt.templates[0]", "template 't'", "plain {name} variable"]),
+        ("tenants:\n  acme: {prompt: {cache_salt: public}}\n", ["tenants.acme.prompt.cache_salt", "isolate"]),
+        ("prompt:\n  patterns: [{name: p, regex: '(x'}]\n", ["prompt.patterns[0].regex", "not a valid regular"]),
     ],
 )
 def test_errors_name_file_and_field(tmp_path: Path, text: str, fragments: list[str]) -> None:
@@ -89,6 +93,14 @@ def test_environment_overrides_file(tmp_path: Path) -> None:
     path = write(tmp_path, "server: {port: 8081}\npools:\n  - {name: a, replicas: ['http://x/v1']}\n")
     config = load_config(path, env={"PREFIXGATE_PORT": "7000", "PREFIXGATE_UPSTREAM": "http://y/v1"})
     assert config.server.port == 7000 and config.pools[0].replicas == ["http://y/v1"]
+
+
+def test_tenant_prompt_fields_lay_over_the_top_level_ones() -> None:
+    config = build_config({"prompt": {"scope": "history", "note": "system_message"},
+                           "tenants": {"acme": {"prompt": {"cache_salt": "share", "note": "last_user"}}}}, env={})
+    acme, other = config.tenant_prompt("acme"), config.tenant_prompt("beta")
+    assert (acme.scope, acme.note, acme.cache_salt) == ("history", "last_user", "share")
+    assert (other.scope, other.note, other.cache_salt) == ("history", "system_message", "isolate")
 
 
 def test_dump_round_trip_keeps_keys_for_workers() -> None:

@@ -74,3 +74,23 @@ def test_stable_prefix_metric_sees_what_the_rewrite_saves(fake: FakeServer, star
     assert sample_sum(metrics, "prefixgate_stable_prefix_ratio_bucket", tenant="moving", le="0.75") == 1  # the first
     assert sample_sum(metrics, "prefixgate_volatile_spans_moved_total", tenant="moving") == 2
     assert sample_sum(metrics, "prefixgate_volatile_spans_moved_total", tenant="keeping") == 0
+
+
+def test_tenant_template_gives_variants_one_prefix(fake: FakeServer, start_proxy: Callable[..., str]) -> None:
+    gateway = start_proxy({
+        "pools": [pool("p", fake.base_url, models=["fake-model"])],
+        "auth": {"keys": [{"tenant": "acme", "key": "key-acme-123"}, {"tenant": "globex", "key": "key-globex-1"}]},
+        "prompt": {"cache_salt": "share", "templates": [
+            {"name": "support", "text": "You are {agent}, the support agent of {company}."}]},
+    })
+    seen = []
+    for key, system in (("key-acme-123", "You are Max, the support agent of ACME.\nBe kind."),
+                        ("key-globex-1", "You are Sam,  the support agent of Globex.\nBe kind.")):
+        answer = httpx.post(gateway + "/v1/chat/completions", json=body(system),
+                            headers={"Authorization": f"Bearer {key}"})
+        assert answer.headers["x-prefixgate-templated"] == "1"
+        assert fake.app.stats.last_body is not None
+        seen.append(fake.app.stats.last_body["messages"])
+    assert seen[0][0] == seen[1][0] == {"role": "system",
+                                        "content": "You are [agent], the support agent of [company].\nBe kind."}
+    assert seen[1][1]["content"].endswith("[agent] = Sam\n[company] = Globex")
