@@ -42,7 +42,7 @@ def completion_pieces(body: dict[str, Any]) -> Pieces:
     return (prompt,) if isinstance(prompt, str) else (orjson.dumps(prompt).decode(),)
 
 
-def _common_prefix(a: str, b: str) -> int:
+def common_prefix(a: str, b: str) -> int:
     """Length of the longest common prefix, by binary search over slice compares (memcmp in C)."""
     low, high = 0, min(len(a), len(b))
     while low < high:
@@ -61,7 +61,7 @@ def shared_prefix(previous: Pieces, current: Pieces) -> int:
         if before == now:
             shared += len(now)
             continue
-        return shared + _common_prefix(before, now)
+        return shared + common_prefix(before, now)
     return shared
 
 

@@ -1,4 +1,8 @@
-"""``prefixgate`` command line: ``prefixgate serve [--config FILE] [--host H] [--port P] [--workers N]``."""
+"""``prefixgate`` command line.
+
+``prefixgate serve [--config FILE] [--host H] [--port P] [--workers N]`` runs the gateway;
+``prefixgate analyze REQUESTS.jsonl [--config FILE]`` estimates its prefix-cache gain on logged requests.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from pathlib import Path
 
 import uvicorn
 
+from proxy.analyze import add_parser as add_analyze_parser
 from proxy.app import ENV_RESOLVED_CONFIG, create_app
 from proxy.config import Config, ConfigError, dump_config, load_config, with_engine_pool
 from proxy.engine import EngineError, LocalEngine, free_port, vllm_available
@@ -110,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--port", type=int, help="port to listen on (default $PREFIXGATE_PORT or 8080)")
     run.add_argument("--workers", type=int, help="uvicorn worker processes (default 1)")
     run.set_defaults(handler=serve)
+    add_analyze_parser(commands)
     return parser
 
 

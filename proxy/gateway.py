@@ -46,7 +46,7 @@ class Gateway:
         await self.upstreams.aclose()
 
 
-def tenant_policies(config: Config) -> dict[str, TenantPolicy]:
+def tenant_policies(config: Config, extra: tuple[str, ...] = ()) -> dict[str, TenantPolicy]:
     """One policy per named tenant; tenants with the same patterns share one line cache."""
     scanners: dict[tuple[tuple[str, str], ...], LineScanner] = {}
 
@@ -60,5 +60,5 @@ def tenant_policies(config: Config) -> dict[str, TenantPolicy]:
                               templates=tuple(compile_template(t.name, t.text) for t in prompt.templates))
         return TenantPolicy(tenant, policy, prompt.cache_salt, tenant_salt(tenant))
 
-    names = {*config.resolved_keys.values(), *config.tenants, OPEN_TENANT}
+    names = {*config.resolved_keys.values(), *config.tenants, OPEN_TENANT, *extra}
     return {name: build(config.tenant_prompt(name), name) for name in names}
