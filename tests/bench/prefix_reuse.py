@@ -9,7 +9,10 @@ one (fresh values on every request), each sent straight to vLLM and through pref
 Before each cell the engine's prefix cache is reset (vLLM's dev endpoint POST /reset_prefix_cache).
 Reported per cell: vLLM's own hit rate (deltas of vllm:prefix_cache_hits_total over
 vllm:prefix_cache_queries_total, both counted in prompt tokens) and the client's time to first token
-(mean, p95), requests sent one after another so TTFT is prefill time, not queueing.
+(mean, p95), requests sent one after another so TTFT is prefill time, not queueing. Several rounds
+interleave all cells; the local engine's compute threads get their own core. Writes the table into
+docs/benchmarks.md, the numbers to docs/prefix_reuse.json and a plot to docs/prefix_reuse.png
+(matplotlib: pip install -e '.[bench]').
 
     python tests/bench/prefix_reuse.py [--requests 100] [--out docs/benchmarks.md]
     python tests/bench/prefix_reuse.py --engine http://HOST:8000 --model NAME   # an engine you run
@@ -133,7 +136,8 @@ def ttft(client: httpx.Client, base_url: str, body: Body) -> float:
 
 
 def run_cell(client: httpx.Client, engine: str, base_url: str, make: Callable[[int], Body], requests: int,
-             model: str, output_tokens: int) -> dict[str, float]:
+             model: str, output_tokens: int) -> tuple[list[float], float, float]:
+    """One pass from a cold cache: (TTFT samples in ms, prefix-cache hit tokens, query tokens)."""
     reset = client.post(engine + "/reset_prefix_cache", timeout=30)
     reset.raise_for_status()
     hits0, queries0 = engine_counters(engine)
@@ -143,9 +147,13 @@ def run_cell(client: httpx.Client, engine: str, base_url: str, make: Callable[[i
                 "ignore_eos": True, "temperature": 0}
         samples.append(ttft(client, base_url, body) * 1000)
     hits1, queries1 = engine_counters(engine)
-    samples.sort()
-    return {"hit_rate": (hits1 - hits0) / max(queries1 - queries0, 1), "ttft_mean_ms": statistics.fmean(samples),
-            "ttft_p95_ms": samples[int(len(samples) * 0.95) - 1], "prompt_tokens": (queries1 - queries0) / requests}
+    return samples, hits1 - hits0, queries1 - queries0
+
+
+def summarize(samples: list[float], hits: float, queries: float, requests: int) -> dict[str, float]:
+    samples = sorted(samples)
+    return {"hit_rate": hits / max(queries, 1), "ttft_mean_ms": statistics.fmean(samples),
+            "ttft_p95_ms": samples[int(len(samples) * 0.95) - 1], "prompt_tokens": queries / requests}
 
 
 def start_gateway(engine_base: str, model: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -158,7 +166,7 @@ def start_gateway(engine_base: str, model: str, workdir: Path) -> tuple[subproce
     }))
     log = open(workdir / "prefixgate.log", "wb")
     process = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", "--config", str(config)],
-                               cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+                               cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)  # inherits this process's cores
     origin = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -177,7 +185,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{r['workload']}\n{r['variant']}\n{r['via']}" for r in results]
+    labels = [f"({r['workload'].split(':')[0]}) {r['variant']}\n{r['via']}" for r in results]
     colors = ["#8c8c8c" if r["via"] == "direct" else "#2b7bb9" for r in results]
     figure, (rate_axis, ttft_axis) = plt.subplots(1, 2, figsize=(12, 4.2))
     rate_axis.bar(labels, [r["hit_rate"] * 100 for r in results], color=colors)
@@ -193,8 +201,9 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
 
 
 def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
-    lines = [f"Run of {meta['date']} on {meta['where']}; {meta['requests']} requests per cell, one at a time, "
-             f"{meta['output_tokens']} output tokens; engine block size {meta['block_size']} tokens.", "",
+    lines = [f"Run of {meta['date']} on {meta['where']}; {meta['rounds']} rounds of {meta['requests']} requests per "
+             f"cell from a cold cache, one request at a time, {meta['output_tokens']} output tokens; engine block size "
+             f"{meta['block_size']} tokens.", "",
              "| workload | variant | via | prompt tokens | hit rate | TTFT mean (ms) | TTFT p95 (ms) |",
              "|---|---|---|---|---|---|---|"]
     for r in results:
@@ -225,6 +234,7 @@ def write_docs(out: Path, table: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3, help="passes over all cells, interleaved (TTFT is noisy)")
     parser.add_argument("--output-tokens", type=int, default=8)
     parser.add_argument("--engine", help="origin of a running vLLM engine started with VLLM_SERVER_DEV_MODE=1")
     parser.add_argument("--model", default="prefixgate-tiny")
@@ -239,8 +249,16 @@ def main() -> None:
         origin = args.engine.rstrip("/")
     else:
         model_dir = ensure_tiny_model(Path(os.environ.get("PREFIXGATE_DATA_DIR", workdir)))
+        # The engine's compute threads get the last core, the gateway and this client the others, as
+        # on a real deployment where the engine has its own hardware (sharing cores made the client
+        # wait on spinning engine threads and blurred TTFT by several ms).
+        cores = sorted(os.sched_getaffinity(0))
+        env = {"VLLM_SERVER_DEV_MODE": "1"}
+        if len(cores) >= 2:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = str(cores[-1])
+            os.sched_setaffinity(0, set(cores[:-1]))
         engine = LocalEngine(model_dir, served_model_name=args.model, port=free_port(),
-                             log_path=workdir / "engine.log", extra_env={"VLLM_SERVER_DEV_MODE": "1"})
+                             log_path=workdir / "engine.log", extra_env=env)
         engine.start()
         engine.wait_ready(300)
         origin = engine.origin
@@ -258,23 +276,32 @@ def main() -> None:
             metrics = client.get(origin + "/metrics").text
             block_size = next((line.split('block_size="')[1].split('"')[0] for line in metrics.splitlines()
                                if line.startswith("vllm:cache_config_info") and 'block_size="' in line), "?")
-            for name, make in workloads.items():
-                for variant in ("static", "dynamic"):
-                    for via, base in (("direct", origin + "/v1"), ("prefixgate", gateway_base)):
-                        cell = run_cell(client, origin, base, make(variant == "dynamic"), args.requests,
-                                        args.model, args.output_tokens)
-                        results.append({"workload": name, "variant": variant, "via": via, **cell})
-                        print(json.dumps(results[-1]), flush=True)
+            cells = [(name, variant, via, base, make(variant == "dynamic"))
+                     for name, make in workloads.items() for variant in ("static", "dynamic")
+                     for via, base in (("direct", origin + "/v1"), ("prefixgate", gateway_base))]
+            totals: dict[tuple[str, str, str], tuple[list[float], float, float]] = {}
+            for _ in range(args.rounds):  # every cell once per round, so drift over the run hits all alike
+                for name, variant, via, base, body in cells:
+                    samples, hits, queries = run_cell(client, origin, base, body, args.requests, args.model,
+                                                      args.output_tokens)
+                    before = totals.get((name, variant, via), ([], 0.0, 0.0))
+                    totals[(name, variant, via)] = (before[0] + samples, before[1] + hits, before[2] + queries)
+            for (name, variant, via), (samples, hits, queries) in totals.items():
+                results.append({"workload": name, "variant": variant, "via": via,
+                                **summarize(samples, hits, queries, args.requests * args.rounds)})
+                print(json.dumps(results[-1]), flush=True)
     finally:
         gateway.terminate()
         gateway.wait(30)
         if engine is not None:
             engine.stop()
     meta = {"date": datetime.now().strftime("%Y-%m-%d"), "where": args.where, "requests": args.requests,
+            "rounds": args.rounds,
             "output_tokens": args.output_tokens, "block_size": block_size}
     table = markdown(results, meta)
     print(table)
     out = Path(args.out)
+    (out.parent / "prefix_reuse.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     plot(results, out.parent / "prefix_reuse.png")
     write_docs(out, table)
 

@@ -1,8 +1,8 @@
 """Cost of the prompt rewrite on a ~4,000-token agent prompt (issue 3 target: p50 <= 0.3 ms).
 
 Times what the proxy adds per chat request: rewrite_chat (canonical form, volatile detection and
-relocation) plus the one re-serialization of the body. Prints p50/p99 for a
-repeated prompt (the steady state) and for a first-seen one.
+relocation), the stable-prefix measure against the previous prompt, and the one re-serialization
+of the body. Prints p50/p99 for a repeated prompt (the steady state) and for a first-seen one.
 
     python tests/bench/prompt_cost.py [--runs 2000]
 """
@@ -17,6 +17,7 @@ import uuid
 import orjson
 
 from policies.prompt import PromptPolicy, rewrite_chat
+from policies.stable_prefix import chat_pieces, shared_prefix
 
 WORDS = ("the agent must check the order status call tools when needed answer in the user's language "
          "never invent tracking numbers escalate refunds above 500 EUR to a human keep answers short").split()
@@ -36,9 +37,13 @@ def agent_body(rng: random.Random, template: list[str], target_chars: int = 16_0
         {"role": "system", "content": "\n".join(lines)}, {"role": "user", "content": "Where is order 1234?"}]}
 
 
-def timed(body: dict, policy: PromptPolicy) -> float:
+def timed(body: dict, policy: PromptPolicy, previous: list) -> float:
+    """What the gateway adds per chat request: rewrite, stable-prefix measure, one serialization."""
     started = time.perf_counter()
     result = rewrite_chat(body, policy)
+    pieces = chat_pieces(result.body)
+    shared_prefix(previous[0], pieces)
+    previous[0] = pieces
     if result.changed:
         orjson.dumps(result.body)
     return (time.perf_counter() - started) * 1000
@@ -58,9 +63,10 @@ def main() -> None:
     bodies = [agent_body(rng, template) for _ in range(args.runs)]
     policy = PromptPolicy()
     # Cold: a prompt this gateway has never seen (a fresh policy each time, so an empty line cache).
-    cold = [timed(bodies[i], PromptPolicy()) for i in range(min(args.runs, 200))]
+    previous: list = [()]
+    cold = [timed(bodies[i], PromptPolicy(), previous) for i in range(min(args.runs, 200))]
     # Warm: the steady state of an app that sends the same system prompt with a fresh time and ID.
-    warm = [timed(body, policy) for body in bodies]
+    warm = [timed(body, policy, previous) for body in bodies]
     chars = len(bodies[0]["messages"][0]["content"])
     print(f"system prompt {chars} chars (~{chars // 4} tokens), 6 tools, fresh time + trace ID per request")
     print(f"  repeated prompt ({args.runs} runs): {percentiles(warm)}")
