@@ -20,7 +20,8 @@ from policies.templates import Template, apply_template
 from policies.volatile import Span
 
 VolatileAction = Literal["relocate", "strip", "keep"]
-NOTE_HEADER = "[Request context, moved here from earlier in the prompt by prefixgate]"
+# Short on purpose: it is prefilled on every request (12 tokens with the tiny model, down from 27).
+NOTE_HEADER = "[Request context from earlier in the prompt]"
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 _HISTORY_ROLES = frozenset({"user", "assistant"})
 _BULLETS = " \t-*#>•"

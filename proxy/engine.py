@@ -64,6 +64,10 @@ class LocalEngine:
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
     def origin(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
