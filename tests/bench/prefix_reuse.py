@@ -198,14 +198,14 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
 
     labels = [f"({r['workload'].split(':')[0]}) {r['variant']}\n{r['via'].replace(', ', chr(10))}" for r in results]
     colors = [{"direct": "#8c8c8c", "prefixgate": "#2b7bb9"}.get(r["via"], "#9ecae1") for r in results]
-    figure, (rate_axis, ttft_axis) = plt.subplots(1, 2, figsize=(12, 4.2))
+    figure, (rate_axis, ttft_axis) = plt.subplots(1, 2, figsize=(16, 4.6))
     rate_axis.bar(labels, [r["hit_rate"] * 100 for r in results], color=colors)
     rate_axis.set_ylabel("vLLM prefix-cache hit rate (%)")
     rate_axis.set_ylim(0, 100)
     ttft_axis.bar(labels, [r["ttft_mean_ms"] for r in results], color=colors)
     ttft_axis.set_ylabel("client TTFT mean (ms)")
     for axis in (rate_axis, ttft_axis):
-        axis.tick_params(axis="x", labelsize=7)
+        axis.tick_params(axis="x", labelsize=6.5)
     figure.suptitle("Prefix reuse: direct to vLLM (grey), through prefixgate (blue), "
                     "prefixgate's rewritten body sent directly (light blue)")
     figure.tight_layout()
