@@ -23,6 +23,8 @@ from policies.prompt import PromptPolicy, rewrite_chat
 from policies.types import Rejection
 from policies.validate import validate_request
 from policies.volatile import find_volatile
+from proxy.config import ConfigError, load_config
+from proxy.gateway import tenant_policies
 
 Encode = Callable[[str], list[int]]
 
@@ -163,9 +165,6 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from proxy.config import ConfigError, load_config
-    from proxy.gateway import tenant_policies
-
     if args.block_size < 1:
         print("prefixgate analyze: --block-size must be at least 1", file=sys.stderr)
         return 2
