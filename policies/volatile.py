@@ -98,6 +98,26 @@ BUILTIN_DETECTORS: tuple[Detector, ...] = tuple(
 )
 
 
+_YEAR_GATE = re.compile(_YEAR)
+_EPOCH_GATE = re.compile(r"1\d{9}")
+
+
+def _has_year(text: str) -> bool:
+    return _YEAR_GATE.search(text) is not None
+
+
+# What each built-in detector cannot match without, checked first: one cheap test in place of a
+# full pattern on text that has never been seen (the line cache covers text seen before).
+_GATES = (
+    *([_has_year] * len(_DATE_PATTERNS)),
+    lambda text: "-" in text,  # traceparent
+    lambda text: "-" in text,  # uuid
+    lambda text: "id" in text.lower(),  # labelled IDs end in "id"
+    lambda text: _EPOCH_GATE.search(text) is not None,
+)
+_GATED_DETECTORS = tuple(zip(_GATES, BUILTIN_DETECTORS, strict=True))
+
+
 def custom_detectors(patterns: Sequence[tuple[str, str]]) -> tuple[Detector, ...]:
     """Tenant-configured ``(name, regex)`` pairs; a group named ``value`` narrows the span to it."""
     return tuple(Detector(name, re.compile(source)) for name, source in patterns)
@@ -121,8 +141,9 @@ def find_volatile(text: str, extra: Sequence[Detector] = ()) -> list[Span]:
     if has_digit or "day" in text:
         found.extend(_clock_lines(text))
     if has_digit:
-        for detector in BUILTIN_DETECTORS:
-            found.extend(Span(m.start(), m.end(), detector.kind) for m in detector.pattern.finditer(text))
+        for gate, detector in _GATED_DETECTORS:
+            if gate(text):
+                found.extend(Span(m.start(), m.end(), detector.kind) for m in detector.pattern.finditer(text))
     for detector in extra:
         for m in detector.pattern.finditer(text):
             start, end = m.span("value") if "value" in detector.pattern.groupindex else m.span()
