@@ -57,7 +57,7 @@ def common_prefix(a: str, b: str) -> int:
 def shared_prefix(previous: Pieces, current: Pieces) -> int:
     """Characters at the start of ``current`` that equal the start of ``previous``."""
     shared = 0
-    for before, now in zip(previous, current):
+    for before, now in zip(previous, current, strict=False):
         if before == now:
             shared += len(now)
             continue

@@ -61,6 +61,9 @@ def _serve(config: Config) -> None:
         "host": server.host, "port": server.port, "loop": "uvloop", "http": "httptools",
         "log_level": "info", "access_log": False, "lifespan": "on",
         "timeout_graceful_shutdown": 30,
+        # prefixgate never reads the client address, so skip uvicorn's X-Forwarded-For rewriting:
+        # one middleware frame and a header scan less on every request.
+        "proxy_headers": False,
     }
     if config.auth.keys == [] and server.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("open mode (no API keys) while listening on %s: anyone who can reach it can use it", server.host)

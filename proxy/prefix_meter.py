@@ -9,7 +9,7 @@ from proxy.metrics import Metrics
 class PrefixMeter:
     """Keeps each tenant's previous prompt (one per tenant) and records the shared prefix of the next."""
 
-    __slots__ = ("metrics", "_previous")
+    __slots__ = ("_previous", "metrics")
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics

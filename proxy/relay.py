@@ -78,22 +78,25 @@ class UpstreamCall:
         timeouts = self.pool.timeouts
         reply: Reply | None = None
         complete = False  # body read to its end: the connection may go back to the pool
+        waiting = True  # for the first byte; one timer serves both deadlines (one fewer per request)
+        now = asyncio.get_running_loop().time()
         try:
-            async with asyncio.timeout(timeouts.total):
-                try:
-                    async with asyncio.timeout(timeouts.first_byte):
-                        reply = await self.replica.transport.post(self.url, self.body)
-                        streaming = self.stream and reply.status == 200
-                        first = await reply.next_chunk() if streaming else b""
-                except TimeoutError:
-                    raise UpstreamTimeout("no first byte in time") from None
+            async with asyncio.timeout_at(now + min(timeouts.first_byte, timeouts.total)) as deadline:
+                reply = await self.replica.transport.post(self.url, self.body)
+                streaming = self.stream and reply.status == 200
+                first = await reply.next_chunk() if streaming else b""
+                waiting = False
+                deadline.reschedule(now + timeouts.total)
                 if streaming:
                     await self._relay_stream(send, watch, reply, first)
                 else:
                     await self._relay_whole(send, watch, reply)
                 complete = True
         except (UpstreamError, TimeoutError) as exc:
-            error = exc if isinstance(exc, UpstreamError) else UpstreamTimeout("total timeout")
+            if isinstance(exc, UpstreamError):
+                error = exc
+            else:
+                error = UpstreamTimeout("no first byte in time" if waiting else "total timeout")
             self.metrics.upstream_error(self.pool.name, error.kind)
             watch.finished = True
             if self.status == CLIENT_CLOSED:  # nothing sent yet: a proper status code

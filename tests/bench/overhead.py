@@ -1,16 +1,21 @@
 """Overhead benchmark: the same load sent straight to a fast fake upstream and through prefixgate.
 
-One run measures, at concurrency 1, 16 and 64, streaming and non-streaming:
-  * latency p50/p99 direct and through prefixgate (added = through - direct), with an upstream
-    that paces tokens like an engine: 20 ms per token (a loaded GPU engine's inter-token latency;
-    vLLM benchmarks under load report 20-80 ms) and 2 ms per token (a stress level no real engine
-    sustains at 64 streams: it sends 10x the chunks per second through the relay);
-  * max requests/s direct and through prefixgate with an upstream that answers at once;
-  * prefixgate's CPU time per request (utime+stime of its process / requests).
-prefixgate runs as one uvicorn worker pinned to CPU 0; the fake upstream and the load generator
-(wrk, C, Debian package `wrk`) share CPU 1, so the gateway never competes with them for a core.
+Latency (open loop): requests arrive on a seeded Poisson schedule (tests/bench/open_loop.py) at a
+mean concurrency of 1, 16 and 64 (rate = concurrency / answer time), streaming and non-streaming,
+with an upstream that paces tokens like an engine: 20 ms per token (a loaded GPU engine's
+inter-token latency) and 2 ms (ten times the chunk rate, a stress level). The same schedule goes
+direct, through a byte-copying TCP forwarder (the cost of any extra hop on this machine, a
+control) and through prefixgate; added = through - direct, at p50 and p99.
 
-    python tests/bench/overhead.py [--seconds 8] [--clients aiohttp,httpx] [--out docs/benchmarks.md]
+Closed loop (wrk, C): c=64 connections that each send again the moment an answer ends. With
+answers of identical length the 64 stay in lockstep for the whole run, so this is the burst worst
+case (64 arrivals within a millisecond); it also gives the throughput ratio at 64 streams, and,
+with an upstream that answers at once, the max requests/s.
+
+prefixgate runs as one uvicorn worker pinned to CPU 0; the fake upstream and the load generators
+share CPU 1. Gateway CPU per request = (utime + stime of its process) / requests sent to it.
+
+    python tests/bench/overhead.py [--seconds 8] [--clients aiohttp] [--out docs/benchmarks.md]
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 
 import httpx
 import yaml
@@ -108,16 +114,61 @@ def start_gateway(upstream: str, client: str, workdir: Path) -> tuple[subprocess
     return process, url
 
 
+@dataclass
+class OpenLoad:
+    sent: int
+    requests: int
+    errors: int
+    p50_ms: float
+    p99_ms: float
+    first_p50_ms: float
+
+
+def run_open_loop(url: str, body: dict, rate: float, seconds: float, warmup: float) -> OpenLoad:
+    command = ["taskset", "-c", "1", sys.executable, str(ROOT / "tests" / "bench" / "open_loop.py"),
+               url + "/v1/chat/completions", json.dumps(body), "--rate", f"{rate:.3f}",
+               "--seconds", str(seconds), "--warmup", str(warmup)]
+    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    data = json.loads(output.split("RESULT ", 1)[1])
+    return OpenLoad(data["sent"], data["requests"], data["errors"], data["p50"], data["p99"], data["first_p50"])
+
+
 def body(stream: bool, tokens: int, delay_ms: float) -> dict:
     return {"model": "fake-model", "messages": [{"role": "user", "content": "Hello there, how are you?"}],
             "max_tokens": tokens, "stream": stream, "fake_delay_ms": delay_ms}
 
 
+@dataclass
+class Target:
+    name: str
+    url: str
+    pid: int | None  # a process whose CPU is counted
+
+
+def measure_open(target: Target, payload: dict, rate: float, seconds: float) -> tuple[OpenLoad, float | None]:
+    before = cpu_seconds(target.pid) if target.pid else 0.0
+    load = run_open_loop(target.url, payload, rate, seconds, warmup=2.0)
+    cpu = (cpu_seconds(target.pid) - before) * 1000 / max(load.sent, 1) if target.pid else None
+    return load, cpu
+
+
+def measure_closed(
+    target: Target, payload: dict, concurrency: int, seconds: float, script: Path
+) -> tuple[Load, float | None]:
+    run_wrk(target.url, payload, concurrency, 1, script)  # warm-up
+    before = cpu_seconds(target.pid) if target.pid else 0.0
+    load = run_wrk(target.url, payload, concurrency, seconds, script)
+    cpu = (cpu_seconds(target.pid) - before) * 1000 / max(load.requests, 1) if target.pid else None
+    return load, cpu
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=int, default=8)
-    parser.add_argument("--clients", default="aiohttp,httpx")
-    parser.add_argument("--concurrency", default="1,16,64")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="repeat each open-loop cell, targets interleaved; report the median of each round's gap")
+    parser.add_argument("--clients", default="aiohttp", help="HTTP clients to compare, e.g. aiohttp,httpx")
+    parser.add_argument("--concurrency", default="1,16,64", help="mean concurrency of the open-loop phases")
     parser.add_argument("--tokens", type=int, default=32, help="chunks per streamed answer")
     parser.add_argument("--delays-ms", default="20,2", help="per-token delays of the paced latency phases")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
@@ -126,77 +177,149 @@ def main() -> None:
         sys.exit("wrk is needed: apt-get install -y wrk")
     clients = args.clients.split(",")
     levels = [int(c) for c in args.concurrency.split(",")]
+    delays = [float(d) for d in args.delays_ms.split(",")]
     workdir = Path(tempfile.mkdtemp(prefix="pg-bench-"))
     script = workdir / "post.lua"
     script.write_text(WRK_SCRIPT)
-    fake_port = free_port()
+    fake_port, forwarder_port = free_port(), free_port()
     fake = start([sys.executable, "-m", "tests.support.fake_upstream", "--port", str(fake_port)], "1")
     upstream = f"http://127.0.0.1:{fake_port}"
     wait_http(upstream + "/health")
+    forwarder = start([sys.executable, str(ROOT / "tests" / "bench" / "tcp_forwarder.py"),
+                       str(forwarder_port), str(fake_port)], "0")
     gateways = {client: start_gateway(upstream, client, workdir) for client in clients}
-    rows = []
+    direct = Target("direct", upstream, None)
+    hop = Target("forwarder", f"http://127.0.0.1:{forwarder_port}", forwarder.pid)
+    through = [Target(client, url, process.pid) for client, (process, url) in gateways.items()]
+    wait_http(hop.url + "/health")
+    open_rows, closed_rows = [], []
     try:
-        phases = [(f"paced {d:g} ms", d) for d in map(float, args.delays_ms.split(","))] + [("max-rps", 0.0)]
-        for phase, delay in phases:
+        for delay in delays:
             for stream in (False, True):
                 for concurrency in levels:
                     payload = body(stream, args.tokens, delay)
-                    run_wrk(upstream, payload, concurrency, 1, script)  # warm-up
-                    direct = run_wrk(upstream, payload, concurrency, args.seconds, script)
-                    row = {"phase": phase, "stream": stream, "concurrency": concurrency, "direct": direct}
-                    for client, (process, url) in gateways.items():
-                        run_wrk(url, payload, concurrency, 1, script)
-                        before = cpu_seconds(process.pid)
-                        through = run_wrk(url, payload, concurrency, args.seconds, script)
-                        row[client] = through
-                        row[client + "_cpu_ms"] = (cpu_seconds(process.pid) - before) * 1000 / max(through.requests, 1)
-                    rows.append(row)
-                    print(format_row(row, clients), flush=True)
+                    rate = concurrency / (args.tokens * delay / 1000)
+                    row = {"phase": f"paced {delay:g} ms", "stream": stream, "concurrency": concurrency,
+                           "rate": rate, "rounds": []}
+                    for _ in range(args.rounds):
+                        row["rounds"].append({target.name: measure_open(target, payload, rate, args.seconds)
+                                              for target in (direct, hop, *through)})
+                    open_rows.append(row)
+                    print(format_open(row), flush=True)
+        closed_cells = [(f"paced {d:g} ms", d, 64) for d in delays] + [("max-rps", 0.0, 64)]
+        for phase, delay, concurrency in closed_cells:
+            for stream in (False, True):
+                payload = body(stream, args.tokens, delay)
+                row = {"phase": phase, "stream": stream, "concurrency": concurrency, "results": {}}
+                for target in (direct, *through):
+                    row["results"][target.name] = measure_closed(target, payload, concurrency, args.seconds, script)
+                closed_rows.append(row)
+                print(format_closed(row), flush=True)
     finally:
         for process, _ in gateways.values():
             process.terminate()
+        forwarder.terminate()
         fake.terminate()
-    write_report(Path(args.out), rows, clients, args)
+    write_report(Path(args.out), open_rows, closed_rows, args)
 
 
-def format_row(row: dict, clients: list[str]) -> str:
-    d: Load = row["direct"]
-    parts = [f"{row['phase']:12} stream={row['stream']!s:5} c={row['concurrency']:3}",
-             f"direct {d.rps:8.0f} rps p50 {d.p50_ms:6.2f} p99 {d.p99_ms:6.2f}"]
-    for client in clients:
-        t: Load = row[client]
-        parts.append(f"{client} {t.rps:8.0f} rps ({t.rps / d.rps:4.2f}x) +p50 {t.p50_ms - d.p50_ms:6.2f} "
-                     f"+p99 {t.p99_ms - d.p99_ms:6.2f} cpu {row[client + '_cpu_ms']:.3f} ms/req err {t.errors}")
+def _mode(row: dict) -> str:
+    return "stream" if row["stream"] else "json"
+
+
+def summarize_open(row: dict) -> dict[str, dict[str, float]]:
+    """Per target: medians over rounds of its own p50/p99, of its gap to direct in the same round, and of CPU."""
+    summary = {}
+    for name in row["rounds"][0]:
+        gaps = [(r[name][0].p50_ms - r["direct"][0].p50_ms, r[name][0].p99_ms - r["direct"][0].p99_ms,
+                 r[name][0].first_p50_ms - r["direct"][0].first_p50_ms) for r in row["rounds"]]
+        summary[name] = {
+            "p50": median(r[name][0].p50_ms for r in row["rounds"]),
+            "p99": median(r[name][0].p99_ms for r in row["rounds"]),
+            "added_p50": median(g[0] for g in gaps), "added_p99": median(g[1] for g in gaps),
+            "added_first_p50": median(g[2] for g in gaps),
+            "cpu": median(r[name][1] or 0.0 for r in row["rounds"]),
+            "errors": sum(r[name][0].errors for r in row["rounds"]),
+        }
+    return summary
+
+
+def format_open(row: dict) -> str:
+    summary = summarize_open(row)
+    d = summary["direct"]
+    parts = [f"{row['phase']:12} {_mode(row):6} c={row['concurrency']:3} rate {row['rate']:6.1f}/s",
+             f"direct p50 {d['p50']:7.2f} p99 {d['p99']:7.2f}"]
+    for name, t in summary.items():
+        if name != "direct":
+            parts.append(f"{name} +p50 {t['added_p50']:6.2f} +p99 {t['added_p99']:6.2f} "
+                         f"cpu {t['cpu']:.3f} ms/req err {t['errors']}")
     return " | ".join(parts)
 
 
-def write_report(path: Path, rows: list[dict], clients: list[str], args: argparse.Namespace) -> None:
+def format_closed(row: dict) -> str:
+    d: Load = row["results"]["direct"][0]
+    parts = [f"{row['phase']:12} {_mode(row):6} c={row['concurrency']:3}",
+             f"direct {d.rps:8.0f} rps p50 {d.p50_ms:7.2f} p99 {d.p99_ms:7.2f}"]
+    for name, (t, cpu) in row["results"].items():
+        if name != "direct":
+            parts.append(f"{name} {t.rps:8.0f} rps ({t.rps / d.rps:4.2f}x) +p50 {t.p50_ms - d.p50_ms:6.2f} "
+                         f"+p99 {t.p99_ms - d.p99_ms:6.2f} cpu {cpu:.3f} ms/req err {t.errors}")
+    return " | ".join(parts)
+
+
+def _replace_block(text: str, name: str, block: str) -> str:
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    block = f"{start}\n{block}\n{end}"
+    if start in text:
+        head, rest = text.split(start, 1)
+        return head + block + rest.split(end, 1)[1]
+    return text + ("\n" if text else "") + block + "\n"
+
+
+def write_report(path: Path, open_rows: list[dict], closed_rows: list[dict], args: argparse.Namespace) -> None:
+    command = ("python tests/bench/overhead.py " + " ".join(sys.argv[1:])).strip()
     lines = [
-        "| phase | mode | conc. | direct rps | direct p50 / p99 ms | client | through rps | rps ratio "
-        "| added p50 ms | added p99 ms | gateway CPU ms/req | errors |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"Command: `{command}` ({args.seconds} s measured per cell after 2 s of warm-up, {args.tokens} chunks "
+        f"per answer; Poisson arrivals, the same seeded schedule for every target; {args.rounds} round(s), "
+        "targets interleaved, each figure the median over rounds of that round's gap to direct)",
+        "",
+        "| phase | mode | mean conc. | arrivals/s | direct p50 / p99 ms | forwarder added p50 / p99 ms "
+        "| client | added p50 / p99 ms | stream first byte added p50 ms | gateway CPU ms/req | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for row in rows:
-        d: Load = row["direct"]
-        for client in clients:
-            t: Load = row[client]
+    for row in open_rows:
+        summary = summarize_open(row)
+        d, f = summary["direct"], summary["forwarder"]
+        for name, t in summary.items():
+            if name in ("direct", "forwarder"):
+                continue
+            first = f"{t['added_first_p50']:.2f}" if row["stream"] else "-"
             lines.append(
-                f"| {row['phase']} | {'stream' if row['stream'] else 'json'} | {row['concurrency']} "
-                f"| {d.rps:.0f} | {d.p50_ms:.2f} / {d.p99_ms:.2f} | {client} | {t.rps:.0f} | {t.rps / d.rps:.2f} "
-                f"| {t.p50_ms - d.p50_ms:.2f} | {t.p99_ms - d.p99_ms:.2f} | {row[client + '_cpu_ms']:.3f} "
-                f"| {t.errors} |"
+                f"| {row['phase']} | {_mode(row)} | {row['concurrency']} | {row['rate']:.1f} "
+                f"| {d['p50']:.2f} / {d['p99']:.2f} | {f['added_p50']:.2f} / {f['added_p99']:.2f} "
+                f"| {name} | {t['added_p50']:.2f} / {t['added_p99']:.2f} | {first} | {t['cpu']:.3f} "
+                f"| {t['errors'] + d['errors']} |"
             )
-    table = "\n".join(lines)
-    command = "python tests/bench/overhead.py " + " ".join(sys.argv[1:])
-    marker_start, marker_end = "<!-- overhead:start -->", "<!-- overhead:end -->"
-    block = (f"{marker_start}\nCommand: `{command.strip()}` ({args.seconds:g} s per cell, {args.tokens} "
-             f"chunks per answer; paced phases wait the named time before each chunk)\n\n{table}\n{marker_end}")
     text = path.read_text() if path.exists() else ""
-    if marker_start in text:
-        head, rest = text.split(marker_start, 1)
-        text = head + block + rest.split(marker_end, 1)[1]
-    else:
-        text += ("\n" if text else "") + block + "\n"
+    text = _replace_block(text, "overhead", "\n".join(lines))
+    lines = [
+        f"Command: same run (wrk, {args.seconds} s per cell after 1 s of warm-up)",
+        "",
+        "| phase | mode | conc. | direct rps | direct p50 / p99 ms | client | through rps | rps ratio "
+        "| added p50 / p99 ms | gateway CPU ms/req | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in closed_rows:
+        d, _ = row["results"]["direct"]
+        for name, (t, cpu) in row["results"].items():
+            if name == "direct":
+                continue
+            lines.append(
+                f"| {row['phase']} | {_mode(row)} | {row['concurrency']} | {d.rps:.0f} "
+                f"| {d.p50_ms:.2f} / {d.p99_ms:.2f} | {name} | {t.rps:.0f} | {t.rps / d.rps:.2f} "
+                f"| {t.p50_ms - d.p50_ms:.2f} / {t.p99_ms - d.p99_ms:.2f} | {cpu:.3f} | {t.errors + d.errors} |"
+            )
+    text = _replace_block(text, "overhead-closed", "\n".join(lines))
     path.write_text(text)
     print(f"wrote {path}")
 

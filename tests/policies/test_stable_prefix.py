@@ -7,7 +7,7 @@ import os
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.stable_prefix import common_prefix, chat_pieces, shared_prefix, total_length
+from policies.stable_prefix import chat_pieces, common_prefix, shared_prefix, total_length
 
 
 def chat(system: str, user: str, tools: list | None = None) -> dict:
@@ -32,5 +32,5 @@ def test_content_parts_count_as_their_text() -> None:
 
 @given(st.text(max_size=300), st.text(max_size=300))
 def test_binary_search_matches_the_plain_definition(a: str, b: str) -> None:
-    assert common_prefix(a, b) == len(os.path.commonprefix([a, b]))
+    assert common_prefix(a, b) == len(os.path.commonprefix([a, b]))  # noqa: RUF071 (characters wanted)
     assert common_prefix(a, a + b) == len(a)

@@ -64,7 +64,10 @@ def test_malformed_templates_are_refused(text: str, problem: str) -> None:
         compile_template("x", text)
 
 
-@given(st.text(alphabet=st.characters(blacklist_categories=("Cs", "Nd"), blacklist_characters="\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029,."),
+_LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs", "Nd"), blacklist_characters=_LINE_BREAKS + ",."),
                min_size=1, max_size=30).filter(lambda s: s.strip() == s and s))
 def test_any_single_line_value_round_trips_through_the_note(value: str) -> None:
     result = rewrite_chat(chat(f"You are {value}, the support agent of ACME.\nAnswer in English."), POLICY)
