@@ -37,6 +37,8 @@ class Chunk:
     text: str
     score: float
     source: str = ""
+    start: int | None = None  # character offsets in the document, when ingestion stored them
+    end: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,7 @@ class Passage:
     score: float  # the best score among its chunks
     source: str
     tokens: int
+    end: int | None = None  # character offset of its end in the document, when known
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +103,11 @@ def drop_near_duplicates(chunks: Iterable[Chunk], threshold: float) -> list[Chun
 def join_overlapping(left: str, right: str) -> str:
     """``left`` then ``right``, written once where the end of one repeats the start of the other.
 
-    Chunks are cut with overlap at ingestion, so neighbours share a run of text: the longest
-    suffix of ``left`` that is also a prefix of ``right``. Runs shorter than ``_MIN_OVERLAP``
-    characters are taken for coincidence (a word ending as the next begins), not overlap.
+    For chunks stored without offsets. Chunks are cut with overlap at ingestion, so neighbours
+    share a run of text: taken as the longest suffix of ``left`` that is also a prefix of ``right``
+    (text that repeats itself can make that longer than the real overlap; offsets avoid the guess).
+    Runs shorter than ``_MIN_OVERLAP`` characters are coincidence (a word ending as the next
+    begins), not overlap.
     """
     anchor = right[:_MIN_OVERLAP]
     if len(anchor) == _MIN_OVERLAP:
@@ -121,12 +126,15 @@ def merge_adjacent(chunks: Iterable[Chunk], count_tokens: TokenCounter) -> list[
     for chunk in sorted(chunks, key=lambda c: (c.doc_id, c.index)):
         last = passages[-1] if passages else None
         if last is not None and last.doc_id == chunk.doc_id and last.last + 1 == chunk.index:
-            text = join_overlapping(last.text, chunk.text)
+            if last.end is not None and chunk.start is not None and chunk.start <= last.end:
+                text = last.text + chunk.text[last.end - chunk.start:]  # offsets known: exact
+            else:
+                text = join_overlapping(last.text, chunk.text)
             passages[-1] = Passage(last.doc_id, last.first, chunk.index, text, max(last.score, chunk.score),
-                                   last.source or chunk.source, count_tokens(text))
+                                   last.source or chunk.source, count_tokens(text), chunk.end)
         else:
             passages.append(Passage(chunk.doc_id, chunk.index, chunk.index, chunk.text, chunk.score,
-                                    chunk.source, count_tokens(chunk.text)))
+                                    chunk.source, count_tokens(chunk.text), chunk.end))
     return passages
 
 
