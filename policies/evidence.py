@@ -174,3 +174,45 @@ def render_evidence(passages: Sequence[Passage]) -> str:
         blocks.append(f"[{number}] {source} (chunk {where})\n{passage.text.strip()}")
     blocks.append(FOOTER)
     return "\n\n".join(blocks)
+
+
+def _text_of(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(part["text"] for part in content
+                         if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str))
+    return ""
+
+
+def last_user_index(messages: Sequence[dict]) -> int | None:
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].get("role") == "user":
+            return index
+    return None
+
+
+def question_of(body: dict) -> str:
+    """The text retrieval searches for: the final user message ('' when there is none)."""
+    index = last_user_index(body["messages"])
+    return "" if index is None else _text_of(body["messages"][index].get("content")).strip()
+
+
+def with_evidence(body: dict, evidence: str) -> dict:
+    """A copy of ``body`` with the evidence block at the start of the final user message.
+
+    Everything before that message (system preamble, tools, history) is untouched and stays a
+    cacheable prefix; the question follows its evidence. The input is never mutated.
+    """
+    index = last_user_index(body["messages"])
+    if not evidence or index is None:
+        return body
+    message = body["messages"][index]
+    content = message.get("content")
+    if isinstance(content, list):
+        new_content: object = [{"type": "text", "text": evidence + "\n\n"}, *content]
+    else:
+        new_content = evidence + "\n\n" + (content or "")
+    messages = list(body["messages"])
+    messages[index] = {**message, "content": new_content}
+    return {**body, "messages": messages}

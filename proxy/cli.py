@@ -1,7 +1,8 @@
 """``prefixgate`` command line.
 
 ``prefixgate serve [--config FILE] [--host H] [--port P] [--workers N]`` runs the gateway;
-``prefixgate analyze REQUESTS.jsonl [--config FILE]`` estimates its prefix-cache gain on logged requests.
+``prefixgate analyze REQUESTS.jsonl [--config FILE]`` estimates its prefix-cache gain on logged requests;
+``prefixgate ingest PATH... --tenant T [--delete DOC]`` adds documents to a tenant's retrieval collection.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from proxy.analyze import add_parser as add_analyze_parser
 from proxy.app import ENV_RESOLVED_CONFIG, create_app
 from proxy.config import Config, ConfigError, dump_config, load_config, with_engine_pool
 from proxy.engine import EngineError, LocalEngine, free_port, vllm_available
+from proxy.ingest import add_parser as add_ingest_parser
 
 log = logging.getLogger("prefixgate")
 
@@ -119,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=int, help="uvicorn worker processes (default 1)")
     run.set_defaults(handler=serve)
     add_analyze_parser(commands)
+    add_ingest_parser(commands)
     return parser
 
 

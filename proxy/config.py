@@ -149,10 +149,43 @@ class PromptConfig(_Frozen):
     cache_salt: Literal["isolate", "share"] = "isolate"
 
 
+class RetrievalConfig(_Frozen):
+    """Where chunks live and how text is embedded; tenants opt in with ``tenants.<name>.retrieval``."""
+
+    qdrant_url: str | None = None  # a Qdrant server (gRPC preferred); default: embedded, under data_dir
+    qdrant_path: str | None = None  # embedded mode's folder; default: <data_dir>/qdrant
+    timeout: float = Field(5.0, gt=0)
+    embeddings_url: str | None = None  # an OpenAI-compatible /v1 base URL; default: MiniLM in-process
+    embeddings_model: str = "all-MiniLM-L6-v2"
+    embeddings_dimensions: int = Field(384, ge=1)
+    batch_max: int = Field(32, ge=1)  # micro-batch: most questions per embedding call
+    batch_wait_ms: float = Field(3.0, ge=0)  # micro-batch: longest wait for company
+    chunk_tokens: int = Field(200, ge=8)  # ingestion: tokens per chunk (MiniLM reads at most 256)
+    chunk_overlap: int = Field(32, ge=0)
+
+    @model_validator(mode="after")
+    def _overlap_fits(self) -> RetrievalConfig:
+        if self.chunk_overlap >= self.chunk_tokens:
+            raise ValueError("chunk_overlap must be smaller than chunk_tokens")
+        return self
+
+
+class TenantRetrieval(_Frozen):
+    """Context from a tenant's own documents, added before the final user message."""
+
+    collection: str = Field("prefixgate", min_length=1)
+    enabled: bool = True
+    candidates: int = Field(20, ge=1, le=200)  # hits fetched before selection
+    top_n: int = Field(5, ge=1)
+    budget_tokens: int = Field(1500, ge=1)
+    duplicate_similarity: float = Field(0.85, gt=0, le=1)
+
+
 class TenantConfig(_Frozen):
     """Per-tenant settings. ``prompt`` fields given here replace the top-level ``prompt`` ones."""
 
     prompt: PromptConfig = PromptConfig()
+    retrieval: TenantRetrieval | None = None
 
 
 class Config(_Frozen):
@@ -162,6 +195,7 @@ class Config(_Frozen):
     embeddings: UpstreamConfig | None = None
     prompt: PromptConfig = PromptConfig()
     tenants: dict[str, TenantConfig] = Field(default_factory=dict)
+    retrieval: RetrievalConfig = RetrievalConfig()
     engine: EngineConfig = EngineConfig()
     data_dir: str = Field(default_factory=lambda: str(Path.home() / ".cache" / "prefixgate"))
     resolved_keys: dict[str, str] = Field(default_factory=dict, repr=False, exclude=True)
@@ -181,6 +215,13 @@ class Config(_Frozen):
         if own is None:
             return self.prompt
         return PromptConfig.model_validate({**self.prompt.model_dump(), **own.prompt.model_dump(exclude_unset=True)})
+
+    def qdrant_path(self) -> Path:
+        return Path(self.retrieval.qdrant_path or Path(self.data_dir) / "qdrant")
+
+    @property
+    def wants_retrieval(self) -> bool:
+        return any(t.retrieval is not None and t.retrieval.enabled for t in self.tenants.values())
 
     @property
     def wants_engine(self) -> bool:

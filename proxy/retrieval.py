@@ -1,0 +1,91 @@
+"""Retrieval on the request path: embed the question (micro-batched), search, select.
+
+Built in the lifespan only when some tenant has retrieval on, so gateways without it never load
+the embedding model. A failed retrieval never fails the request: it goes on without context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from time import perf_counter
+
+from policies.evidence import EvidencePolicy, Passage, select_evidence
+from policies.stable_prefix import CHARS_PER_TOKEN
+from proxy.config import Config, TenantRetrieval
+from proxy.embeddings import Embedder, LocalMiniLM, MicroBatcher, RemoteEmbeddings
+from proxy.metrics import Metrics
+from proxy.vector_store import VectorStore
+
+log = logging.getLogger("prefixgate")
+
+
+def estimated_tokens(text: str) -> int:
+    """The budget counts the engine's tokens, whose tokenizer the gateway does not run: ~4 chars each."""
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+@dataclass
+class Retrieved:
+    """What one request got: passages (None when retrieval failed) and seconds per stage."""
+
+    passages: list[Passage] | None
+    stages: dict[str, float] = field(default_factory=dict)
+
+    def server_timing(self) -> bytes:
+        """The stages as a Server-Timing header value (milliseconds), for browser and curl users."""
+        return ", ".join(f"{stage};dur={seconds * 1000:.1f}" for stage, seconds in self.stages.items()).encode()
+
+
+class Retriever:
+    def __init__(
+        self, embedder: Embedder, store: VectorStore, *, max_batch: int, max_wait: float,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.embedder = embedder
+        self.store = store
+        self.metrics = metrics
+        on_batch = metrics.observe_embedding_batch if metrics is not None else None
+        self.batcher = MicroBatcher(embedder, max_batch=max_batch, max_wait=max_wait, on_batch=on_batch)
+
+    @classmethod
+    async def start(cls, config: Config, metrics: Metrics | None = None) -> Retriever:
+        settings = config.retrieval
+        embedder: Embedder
+        if settings.embeddings_url:
+            embedder = RemoteEmbeddings(settings.embeddings_url, settings.embeddings_model,
+                                        settings.embeddings_dimensions, settings.timeout)
+        else:
+            embedder = await asyncio.to_thread(LocalMiniLM)  # seconds of loading, off the event loop
+        store = VectorStore.open(dimensions=embedder.dimensions, path=config.qdrant_path(),
+                                 url=settings.qdrant_url, timeout=settings.timeout)
+        return cls(embedder, store, max_batch=settings.batch_max, max_wait=settings.batch_wait_ms / 1000,
+                   metrics=metrics)
+
+    async def retrieve(self, tenant: str, settings: TenantRetrieval, question: str) -> Retrieved:
+        """The evidence for ``question`` from the tenant's own chunks."""
+        stages: dict[str, float] = {}
+        started = perf_counter()
+        try:
+            vector = await self.batcher.embed_one(question)
+            stages["embed"] = perf_counter() - started
+            hits = await self.store.search(settings.collection, tenant, vector, settings.candidates)
+            stages["search"] = perf_counter() - started - stages["embed"]
+        except Exception:
+            log.warning("retrieval failed for tenant %s; answering without context", tenant, exc_info=True)
+            if self.metrics is not None:
+                self.metrics.retrieval_failed()
+            return Retrieved(None, stages)
+        selecting = perf_counter()
+        policy = EvidencePolicy(top_n=settings.top_n, budget_tokens=settings.budget_tokens,
+                                duplicate_similarity=settings.duplicate_similarity)
+        passages = select_evidence(hits, policy, estimated_tokens)
+        stages["select"] = perf_counter() - selecting
+        if self.metrics is not None:
+            self.metrics.observe_retrieval(stages)
+        return Retrieved(passages, stages)
+
+    async def aclose(self) -> None:
+        await self.store.aclose()
+        await self.embedder.aclose()

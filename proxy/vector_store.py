@@ -1,0 +1,96 @@
+"""Chunks in Qdrant: embedded local mode (a folder) by default, a Qdrant server by URL.
+
+Every point carries its tenant in the payload and every search and delete filters on it, so no
+query can return, or remove, another tenant's chunk, whatever collection tenants share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qdrant_client import AsyncQdrantClient, models
+
+from policies.evidence import Chunk
+
+
+@dataclass(frozen=True, slots=True)
+class StoredChunk:
+    id: str
+    vector: list[float]
+    tenant: str
+    doc_id: str
+    index: int
+    text: str
+    source: str
+    start: int
+    end: int
+
+    def payload(self) -> dict[str, Any]:
+        return {"tenant": self.tenant, "doc_id": self.doc_id, "chunk_index": self.index, "text": self.text,
+                "source": self.source, "start": self.start, "end": self.end}
+
+
+def _tenant_filter(tenant: str, doc_id: str | None = None) -> models.Filter:
+    must = [models.FieldCondition(key="tenant", match=models.MatchValue(value=tenant))]
+    if doc_id is not None:
+        must.append(models.FieldCondition(key="doc_id", match=models.MatchValue(value=doc_id)))
+    return models.Filter(must=must)
+
+
+class VectorStore:
+    def __init__(self, client: AsyncQdrantClient, dimensions: int) -> None:
+        self.client = client
+        self.dimensions = dimensions
+
+    @classmethod
+    def open(cls, *, dimensions: int, path: Path | None = None, url: str | None = None,
+             timeout: float = 5.0) -> VectorStore:
+        """Local mode holds a file lock: one process at a time may open a folder."""
+        if url:
+            client = AsyncQdrantClient(url=url, prefer_grpc=True, timeout=int(max(1, timeout)))
+        else:
+            assert path is not None
+            path.mkdir(parents=True, exist_ok=True)
+            client = AsyncQdrantClient(path=str(path))
+        return cls(client, dimensions)
+
+    async def ensure_collection(self, name: str) -> None:
+        if not await self.client.collection_exists(name):
+            await self.client.create_collection(
+                name, vectors_config=models.VectorParams(size=self.dimensions, distance=models.Distance.COSINE)
+            )
+
+    async def upsert(self, collection: str, chunks: Sequence[StoredChunk]) -> None:
+        points = [models.PointStruct(id=c.id, vector=c.vector, payload=c.payload()) for c in chunks]
+        await self.client.upsert(collection, points=points, wait=True)
+
+    async def delete_document(self, collection: str, tenant: str, doc_id: str) -> int:
+        """Remove a document's chunks; returns how many there were."""
+        if not await self.client.collection_exists(collection):
+            return 0
+        selector = _tenant_filter(tenant, doc_id)
+        count = (await self.client.count(collection, count_filter=selector, exact=True)).count
+        await self.client.delete(collection, points_selector=models.FilterSelector(filter=selector), wait=True)
+        return count
+
+    async def count(self, collection: str, tenant: str) -> int:
+        if not await self.client.collection_exists(collection):
+            return 0
+        return (await self.client.count(collection, count_filter=_tenant_filter(tenant), exact=True)).count
+
+    async def search(self, collection: str, tenant: str, vector: list[float], limit: int) -> list[Chunk]:
+        result = await self.client.query_points(
+            collection, query=vector, query_filter=_tenant_filter(tenant), limit=limit, with_payload=True
+        )
+        hits = []
+        for point in result.points:
+            payload = point.payload or {}
+            hits.append(Chunk(payload["doc_id"], int(payload["chunk_index"]), payload["text"], float(point.score),
+                              payload.get("source", ""), payload.get("start"), payload.get("end")))
+        return hits
+
+    async def aclose(self) -> None:
+        await self.client.close()

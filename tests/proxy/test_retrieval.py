@@ -1,0 +1,165 @@
+"""Retrieval through the gateway with the real parts: MiniLM embeddings and Qdrant in local mode.
+
+Two tenants hold documents on the same topics with different facts (30 vs 60 days to return an
+item), so a passage that crosses tenants shows up as the wrong number in the upstream's prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from policies.evidence import FOOTER, HEADER
+from proxy.embeddings import LocalMiniLM
+from proxy.ingest import html_text, ingest
+from proxy.vector_store import VectorStore
+from tests.conftest import FakeServer, pool
+
+DOCS = {
+    "acme": {
+        "returns.md": "# Returns\n\nAcme customers may return any item within 30 days of delivery for a full "
+                      "refund. Items must be unused and in their original packaging.",
+        "shipping.md": "# Shipping\n\nAcme ships every order by ground courier. Standard delivery takes 3 to 5 "
+                       "business days; express delivery arrives the next business day.",
+        "warranty.html": "<html><head><title>Warranty</title><script>track()</script></head><body><h1>Warranty"
+                         "</h1><p>Every Acme blender carries a two-year warranty that covers motor failure.</p>"
+                         "</body></html>",
+    },
+    "globex": {
+        "returns.md": "# Returns\n\nGlobex customers may return any item within 60 days of delivery for store "
+                      "credit. Opened software cannot be returned.",
+        "support.txt": "Globex support answers by phone on weekdays from 8 am to 6 pm Central European Time.",
+    },
+}
+KEYS = {"acme": "sk-acme-test-1", "globex": "sk-globex-test-1"}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Ingest both tenants' documents into one collection under a fresh data dir; returns the dir."""
+    data_dir = tmp_path_factory.mktemp("retrieval-data")
+    roots = {}
+    for tenant, files in DOCS.items():
+        root = tmp_path_factory.mktemp(f"docs-{tenant}")
+        for name, text in files.items():
+            (root / name).write_text(text)
+        roots[tenant] = root
+
+    async def load() -> None:
+        embedder = LocalMiniLM()
+        store = VectorStore.open(dimensions=embedder.dimensions, path=data_dir / "qdrant")
+        try:
+            for tenant, root in roots.items():
+                await ingest([str(root)], tenant=tenant, collection="docs", embedder=embedder, store=store,
+                             chunk_tokens=64, chunk_overlap=8, progress=False)
+            again = await ingest([str(roots["acme"])], tenant="acme", collection="docs", embedder=embedder,
+                                 store=store, chunk_tokens=64, chunk_overlap=8, progress=False)
+            assert again.replaced == again.chunks == 3  # re-ingesting replaced, it did not duplicate
+            assert await store.count("docs", "acme") == 3 and await store.count("docs", "globex") == 2
+        finally:
+            await store.aclose()
+            await embedder.aclose()
+
+    asyncio.run(load())
+    return data_dir
+
+
+def config(fake: FakeServer, data_dir: Path, **retrieval: object) -> dict[str, object]:
+    return {
+        "pools": [pool("p", fake.base_url, models=["fake-model"])],
+        "auth": {"keys": [{"tenant": tenant, "key": key} for tenant, key in KEYS.items()]},
+        "data_dir": str(data_dir),
+        "tenants": {tenant: {"retrieval": {"collection": "docs", **retrieval}} for tenant in KEYS},
+    }
+
+
+def ask(gateway: str, tenant: str, question: str, **headers: str) -> httpx.Response:
+    body = {"model": "fake-model", "max_tokens": 4, "messages": [
+        {"role": "system", "content": "You answer customer questions."},
+        {"role": "user", "content": question},
+    ]}
+    return httpx.post(gateway + "/v1/chat/completions", json=body, timeout=30,
+                      headers={"Authorization": f"Bearer {KEYS[tenant]}", **headers})
+
+
+def test_each_tenant_gets_its_own_passages_before_the_question(
+    fake: FakeServer, start_proxy: Callable[..., str], corpus: Path
+) -> None:
+    gateway = start_proxy(config(fake, corpus))
+    for tenant, right, wrong in (("acme", "30 days", "60 days"), ("globex", "60 days", "30 days")):
+        answer = ask(gateway, tenant, "How long do I have to return an item?")
+        assert answer.status_code == 200
+        assert int(answer.headers["x-prefixgate-passages"]) >= 1
+        assert "embed;dur=" in answer.headers["server-timing"]
+        sent = fake.app.stats.last_body
+        assert sent["messages"][0] == {"role": "system", "content": "You answer customer questions."}
+        user = sent["messages"][1]["content"]
+        assert user.startswith(HEADER + "\n\n[1] ")
+        assert user.endswith(FOOTER + "\n\nHow long do I have to return an item?")
+        assert right in user and wrong not in user
+
+
+def test_html_is_ingested_as_its_visible_text(fake: FakeServer, start_proxy: Callable[..., str], corpus: Path) -> None:
+    gateway = start_proxy(config(fake, corpus, top_n=1))
+    ask(gateway, "acme", "Is motor failure of my blender covered?")
+    user = fake.app.stats.last_body["messages"][1]["content"]
+    assert "two-year warranty" in user and "track()" not in user and "<p>" not in user
+
+
+def test_concurrent_tenants_never_see_each_others_passages(
+    fake: FakeServer, start_proxy: Callable[..., str], corpus: Path
+) -> None:
+    gateway = start_proxy(config(fake, corpus))
+
+    async def burst() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=30) as client:
+            calls = []
+            for n in range(24):
+                tenant = "acme" if n % 2 else "globex"
+                body = {"model": "fake-model", "max_tokens": 2,
+                        "messages": [{"role": "user", "content": f"Return window for item {n} ({tenant})?"}]}
+                calls.append(client.post(gateway + "/v1/chat/completions", json=body,
+                                         headers={"Authorization": f"Bearer {KEYS[tenant]}"}))
+            return await asyncio.gather(*calls)
+
+    fake.app.stats.recent_bodies.clear()
+    for _ in range(2):  # the second round runs with everything warm
+        assert all(answer.status_code == 200 for answer in asyncio.run(burst()))
+    bodies = list(fake.app.stats.recent_bodies)
+    assert len(bodies) == 48
+    for body in bodies:
+        text = body["messages"][-1]["content"]
+        tenant = "acme" if text.endswith("(acme)?") else "globex"
+        assert HEADER in text
+        assert ("60 days" not in text) if tenant == "acme" else ("30 days" not in text and "Acme" not in text)
+    metrics = httpx.get(gateway + "/metrics").text
+    batches = [line for line in metrics.splitlines() if line.startswith("prefixgate_embedding_batch_size_count")]
+    assert batches and float(batches[0].split()[-1]) < 48  # concurrent questions shared embedding calls
+
+
+def test_the_opt_out_header_sends_the_request_unchanged(
+    fake: FakeServer, start_proxy: Callable[..., str], corpus: Path
+) -> None:
+    gateway = start_proxy(config(fake, corpus))
+    answer = ask(gateway, "acme", "How long do I have to return an item?", **{"x-prefixgate-retrieval": "off"})
+    assert "x-prefixgate-passages" not in answer.headers
+    assert fake.app.stats.last_body["messages"][1]["content"] == "How long do I have to return an item?"
+
+
+def test_a_missing_collection_answers_without_context(
+    fake: FakeServer, start_proxy: Callable[..., str], tmp_path: Path
+) -> None:
+    gateway = start_proxy(config(fake, tmp_path))  # nothing ingested here: the collection does not exist
+    answer = ask(gateway, "globex", "When is support open?")
+    assert answer.status_code == 200 and answer.headers["x-prefixgate-passages"] == "error"
+    assert fake.app.stats.last_body["messages"][1]["content"] == "When is support open?"
+    assert "prefixgate_retrieval_failures_total 1.0" in httpx.get(gateway + "/metrics").text
+
+
+def test_html_text_keeps_blocks_apart_and_drops_scripts() -> None:
+    html = "<p>One&amp;two</p><div>Three<br>Four</div><style>p{}</style><script>x()</script>"
+    assert html_text(html) == "One&two\n\nThree\n\nFour"
