@@ -159,7 +159,7 @@ class RetrievalConfig(_Frozen):
     embeddings_model: str = "all-MiniLM-L6-v2"
     embeddings_dimensions: int = Field(384, ge=1)
     batch_max: int = Field(32, ge=1)  # micro-batch: most questions per embedding call
-    batch_wait_ms: float = Field(3.0, ge=0)  # micro-batch: longest wait for company
+    batch_wait_ms: float = Field(0.0, ge=0)  # micro-batch: wait for company when the model is idle (0: none)
     chunk_tokens: int = Field(200, ge=8)  # ingestion: tokens per chunk (MiniLM reads at most 256)
     chunk_overlap: int = Field(32, ge=0)
 

@@ -1,0 +1,142 @@
+"""Retrieval path benchmark: embed (micro-batched or not) + Qdrant search + selection, in-process.
+
+Real parts: all-MiniLM-L6-v2 on the CPU and Qdrant in embedded local mode, on a synthetic corpus
+(product FAQ chunks, each also stored as a near-copy, as re-published pages are). Measures, in one
+run:
+  * the retrieval path's latency p50/p95 and questions/s at concurrency 1 and 32, with the
+    micro-batcher (batches of up to 32) and without it (batches of 1);
+  * evidence tokens with selection (dedupe, merge, budget) against the plain top-N concatenation.
+
+    python tests/bench/retrieval.py [--questions 256] [--out docs/benchmarks.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from statistics import median
+
+from policies.evidence import EvidencePolicy, select_evidence
+from proxy.config import TenantRetrieval
+from proxy.embeddings import LocalMiniLM
+from proxy.retrieval import Retriever, estimated_tokens
+from proxy.vector_store import StoredChunk, VectorStore
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCTS = ["blender", "kettle", "toaster", "coffee grinder", "juicer", "rice cooker", "air fryer", "mixer"]
+TOPICS = {
+    "warranty": "The {p} carries a {n}-year warranty that covers the motor and the heating parts.",
+    "returns": "An unused {p} may be returned within {n}0 days of delivery for a full refund.",
+    "cleaning": "Clean the {p} with a damp cloth after each use; never put its base in water ({n} parts).",
+    "shipping": "The {p} ships in {n} business days by ground courier in a recyclable box.",
+    "safety": "Keep the {p} at least {n}0 cm from the edge of the counter and away from children.",
+}
+
+
+def corpus() -> list[tuple[str, int, str]]:
+    rng = random.Random(7)
+    chunks = []
+    for product in PRODUCTS:
+        for index, (topic, text) in enumerate(TOPICS.items()):
+            body = text.format(p=product, n=rng.randint(1, 5))
+            chunks.append((f"{product}/{topic}.md", index, body))
+            chunks.append((f"mirror/{product}/{topic}.md", index, body.replace("The ", "Our ", 1)))
+    return chunks
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def run_load(retriever: Retriever, settings: TenantRetrieval, questions: list[str], concurrency: int) -> dict:
+    latencies: list[float] = []
+    queue = list(questions)
+
+    async def worker() -> None:
+        while queue:
+            question = queue.pop()
+            started = time.perf_counter()
+            await retriever.retrieve("bench", settings, question)
+            latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - started
+    return {"p50": percentile(latencies, 0.5) * 1000, "p95": percentile(latencies, 0.95) * 1000,
+            "qps": len(questions) / elapsed}
+
+
+async def main_async(args: argparse.Namespace) -> list[str]:
+    embedder = LocalMiniLM()
+    store = VectorStore.open(dimensions=embedder.dimensions, path=Path(tempfile.mkdtemp()) / "qdrant")
+    chunks = corpus()
+    await store.ensure_collection("bench")
+    vectors = await embedder.embed([text for _, _, text in chunks])
+    stored = [StoredChunk(f"00000000-0000-4000-8000-{i:012d}", vector, "bench", doc, index, text, doc, 0, len(text))
+              for i, ((doc, index, text), vector) in enumerate(zip(chunks, vectors, strict=True))]
+    await store.upsert("bench", stored)
+    rng = random.Random(11)
+    questions = [f"How do I {rng.choice(['clean', 'return', 'ship', 'safely place'])} my "
+                 f"{rng.choice(PRODUCTS)}? ({n})" for n in range(args.questions)]
+    settings = TenantRetrieval(collection="bench", candidates=20, top_n=5, budget_tokens=1500)
+    # The micro-batcher's own knobs, as proxy.config.RetrievalConfig would set them.
+    lines = ["| micro-batching | concurrency | p50 ms | p95 ms | questions/s |", "|---|---|---|---|---|"]
+    results = {}
+    for batch in (1, 32):
+        retriever = Retriever(embedder, store, max_batch=batch, max_wait=args.wait_ms / 1000)
+        await run_load(retriever, settings, questions[:32], 8)  # warm-up
+        for concurrency in (1, 32):
+            result = await run_load(retriever, settings, questions, concurrency)
+            results[(batch, concurrency)] = result
+            label = "off (batches of 1)" if batch == 1 else f"on (up to 32, {args.wait_ms:g} ms window)"
+            lines.append(f"| {label} | {concurrency} | {result['p50']:.1f} | {result['p95']:.1f} "
+                         f"| {result['qps']:.0f} |")
+            print(lines[-1], flush=True)
+    ratio = results[(32, 32)]["qps"] / results[(1, 32)]["qps"]
+    lines += ["", f"Throughput at concurrency 32, batching on / off: **{ratio:.1f}x**."]
+
+    plain, selected = [], []
+    wide = EvidencePolicy(top_n=10, budget_tokens=100_000, duplicate_similarity=settings.duplicate_similarity)
+    for question in questions[:64]:
+        vector = (await embedder.embed([question]))[0]
+        hits = await store.search("bench", "bench", vector, 10)
+        plain.append(sum(estimated_tokens(h.text) for h in hits))
+        selected.append(sum(p.tokens for p in select_evidence(hits, wide, estimated_tokens)))
+    lines += ["", f"Evidence size on this corpus (every chunk is also published as a near-copy), median over 64 "
+              f"questions, passage text of the top 10 hits: as retrieved {median(plain):.0f} tokens, after "
+              f"selection {median(selected):.0f} tokens ({1 - median(selected) / median(plain):.0%} fewer; the "
+              f"dropped ones were near-copies of kept ones)."]
+    await store.aclose()
+    await embedder.aclose()
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--questions", type=int, default=256)
+    parser.add_argument("--wait-ms", type=float, default=0.0, help="the micro-batcher's window when idle")
+    parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
+    args = parser.parse_args()
+    lines = asyncio.run(main_async(args))
+    command = "python tests/bench/retrieval.py " + " ".join(sys.argv[1:])
+    block = "\n".join([f"Command: `{command.strip()}` (one run; MiniLM on the CPU, Qdrant local mode)", "", *lines])
+    path = Path(args.out)
+    text = path.read_text() if path.exists() else ""
+    start, end = "<!-- retrieval:start -->", "<!-- retrieval:end -->"
+    if start in text:
+        head, rest = text.split(start, 1)
+        text = head + start + "\n" + block + "\n" + end + rest.split(end, 1)[1]
+    else:
+        text += f"\n{start}\n{block}\n{end}\n"
+    path.write_text(text)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
