@@ -160,6 +160,10 @@ class RetrievalConfig(_Frozen):
     embeddings_dimensions: int = Field(384, ge=1)
     batch_max: int = Field(32, ge=1)  # micro-batch: most questions per embedding call
     batch_wait_ms: float = Field(0.0, ge=0)  # micro-batch: wait for company when the model is idle (0: none)
+    cache: bool = True  # cache selected passages per tenant and question
+    cache_ttl_s: float = Field(300.0, gt=0)
+    cache_empty_ttl_s: float = Field(30.0, gt=0)  # no passages found: retry sooner
+    version_poll_s: float = Field(2.0, gt=0)  # how often the gateway looks for ingests that change a collection
     chunk_tokens: int = Field(200, ge=8)  # ingestion: tokens per chunk (MiniLM reads at most 256)
     chunk_overlap: int = Field(32, ge=0)
 

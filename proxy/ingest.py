@@ -130,6 +130,7 @@ async def ingest(
             ])
         report.documents += 1
         report.chunks += len(spans)
+    await store.bump_version(collection, tenant)
     return report
 
 
@@ -174,6 +175,7 @@ async def _ingest_command(args: Any, config: Any, collection: str) -> int:
     try:
         for doc in args.delete:
             removed = await retriever.store.delete_document(collection, args.tenant, document_id(Path(doc)))
+            await retriever.store.bump_version(collection, args.tenant)
             print(f"{doc}: removed {removed} chunks")
         if args.paths:
             settings = config.retrieval

@@ -57,6 +57,10 @@ class Metrics:
             "prefixgate_embedding_batch_size", "Questions per embedding call after micro-batching.",
             buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=self.registry,
         )
+        self._retrieval_cache = Counter(
+            "prefixgate_retrieval_cache", "Retrievals answered from the passage cache (hit) or computed (miss).",
+            ["result"], registry=self.registry,
+        )
         self._retrieval_failures = Counter(
             "prefixgate_retrieval_failures", "Requests that went on without context because retrieval failed.",
             registry=self.registry,
@@ -96,6 +100,9 @@ class Metrics:
 
     def observe_embedding_batch(self, size: int) -> None:
         self._embedding_batch.observe(size)
+
+    def retrieval_cache(self, result: str) -> None:
+        self._retrieval_cache.labels(result).inc()
 
     def retrieval_failed(self) -> None:
         self._retrieval_failures.inc()

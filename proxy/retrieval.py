@@ -1,4 +1,4 @@
-"""Retrieval on the request path: embed the question (micro-batched), search, select.
+"""Retrieval on the request path: cache, else embed the question (micro-batched), search, select.
 
 Built in the lifespan only when some tenant has retrieval on, so gateways without it never load
 the embedding model. A failed retrieval never fails the request: it goes on without context.
@@ -16,6 +16,7 @@ from policies.stable_prefix import CHARS_PER_TOKEN
 from proxy.config import Config, TenantRetrieval
 from proxy.embeddings import Embedder, LocalMiniLM, MicroBatcher, RemoteEmbeddings
 from proxy.metrics import Metrics
+from proxy.retrieval_cache import RetrievalCache, cache_key
 from proxy.vector_store import VectorStore
 
 log = logging.getLogger("prefixgate")
@@ -41,13 +42,28 @@ class Retrieved:
 class Retriever:
     def __init__(
         self, embedder: Embedder, store: VectorStore, *, max_batch: int, max_wait: float,
-        metrics: Metrics | None = None,
+        metrics: Metrics | None = None, cache: RetrievalCache | None = None,
     ) -> None:
         self.embedder = embedder
         self.store = store
         self.metrics = metrics
+        self.cache = cache
+        self.versions: dict[tuple[str, str], str] = {}  # (collection, tenant) -> version, polled
+        self._poller: asyncio.Task[None] | None = None
         on_batch = metrics.observe_embedding_batch if metrics is not None else None
         self.batcher = MicroBatcher(embedder, max_batch=max_batch, max_wait=max_wait, on_batch=on_batch)
+
+    async def refresh_versions(self) -> None:
+        """Learn which collections an ingest changed; cache keys hold the version, so stale entries go unread."""
+        self.versions = await self.store.versions()
+
+    async def _poll_versions(self, interval: float) -> None:
+        while True:
+            try:
+                await self.refresh_versions()
+            except Exception:
+                log.warning("could not read collection versions; cached retrievals may be stale", exc_info=True)
+            await asyncio.sleep(interval)
 
     @classmethod
     async def start(cls, config: Config, metrics: Metrics | None = None) -> Retriever:
@@ -60,13 +76,28 @@ class Retriever:
             embedder = await asyncio.to_thread(LocalMiniLM)  # seconds of loading, off the event loop
         store = VectorStore.open(dimensions=embedder.dimensions, path=config.qdrant_path(),
                                  url=settings.qdrant_url, timeout=settings.timeout)
-        return cls(embedder, store, max_batch=settings.batch_max, max_wait=settings.batch_wait_ms / 1000,
-                   metrics=metrics)
+        cache = RetrievalCache(settings.cache_ttl_s, settings.cache_empty_ttl_s) if settings.cache else None
+        retriever = cls(embedder, store, max_batch=settings.batch_max, max_wait=settings.batch_wait_ms / 1000,
+                        metrics=metrics, cache=cache)
+        if cache is not None:
+            poller = retriever._poll_versions(settings.version_poll_s)
+            retriever._poller = asyncio.get_running_loop().create_task(poller)
+        return retriever
 
     async def retrieve(self, tenant: str, settings: TenantRetrieval, question: str) -> Retrieved:
         """The evidence for ``question`` from the tenant's own chunks."""
         stages: dict[str, float] = {}
         started = perf_counter()
+        key = None
+        if self.cache is not None:
+            key = cache_key(tenant, question, settings, self.versions.get((settings.collection, tenant), "0"))
+            cached = await self.cache.get(key)
+            if self.metrics is not None:
+                self.metrics.retrieval_cache("miss" if cached is None else "hit")
+            if cached is not None:
+                stages["cache"] = perf_counter() - started
+                return Retrieved(list(cached), stages)
+            started = perf_counter()
         try:
             vector = await self.batcher.embed_one(question)
             stages["embed"] = perf_counter() - started
@@ -84,8 +115,12 @@ class Retriever:
         stages["select"] = perf_counter() - selecting
         if self.metrics is not None:
             self.metrics.observe_retrieval(stages)
+        if key is not None and self.cache is not None:
+            await self.cache.put(key, tuple(passages))
         return Retrieved(passages, stages)
 
     async def aclose(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
         await self.store.aclose()
         await self.embedder.aclose()

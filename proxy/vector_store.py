@@ -7,6 +7,8 @@ query can return, or remove, another tenant's chunk, whatever collection tenants
 from __future__ import annotations
 
 import asyncio
+import time
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -65,6 +67,10 @@ class _OffTheLoop:
         self._thread.shutdown(wait=False)
 
 
+VERSIONS = "prefixgate_versions"  # one point per (collection, tenant): bumped by every ingest or delete
+_VERSION_NAMESPACE = uuid.UUID("0b7e4c2a-9d3f-5e1b-8a6c-4f2d7e9b1c30")
+
+
 class VectorStore:
     def __init__(self, client: AsyncQdrantClient | _OffTheLoop, dimensions: int) -> None:
         self.client = client
@@ -114,6 +120,25 @@ class VectorStore:
             hits.append(Chunk(payload["doc_id"], int(payload["chunk_index"]), payload["text"], float(point.score),
                               payload.get("source", ""), payload.get("start"), payload.get("end")))
         return hits
+
+    async def bump_version(self, collection: str, tenant: str) -> str:
+        """Mark the tenant's chunks in ``collection`` as changed, so gateways stop reading cached retrievals."""
+        if not await self.client.collection_exists(VERSIONS):
+            await self.client.create_collection(
+                VERSIONS, vectors_config=models.VectorParams(size=1, distance=models.Distance.DOT)
+            )
+        version = str(time.time_ns())
+        point = models.PointStruct(id=str(uuid.uuid5(_VERSION_NAMESPACE, f"{collection}\x00{tenant}")), vector=[1.0],
+                                   payload={"collection": collection, "tenant": tenant, "version": version})
+        await self.client.upsert(VERSIONS, points=[point], wait=True)
+        return version
+
+    async def versions(self) -> dict[tuple[str, str], str]:
+        """(collection, tenant) -> version, for every pair ever ingested into."""
+        if not await self.client.collection_exists(VERSIONS):
+            return {}
+        points, _ = await self.client.scroll(VERSIONS, limit=100_000, with_payload=True, with_vectors=False)
+        return {(p.payload["collection"], p.payload["tenant"]): p.payload["version"] for p in points if p.payload}
 
     async def aclose(self) -> None:
         await self.client.close()

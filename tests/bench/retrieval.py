@@ -5,6 +5,7 @@ Real parts: all-MiniLM-L6-v2 on the CPU and Qdrant in embedded local mode, on a 
 run:
   * the retrieval path's latency p50/p95 and questions/s at concurrency 1 and 32, with the
     micro-batcher (batches of up to 32) and without it (batches of 1);
+  * the cached path: a repeated question answered from the passage cache;
   * evidence tokens with selection (dedupe, merge, budget) against the plain top-N concatenation.
 
     python tests/bench/retrieval.py [--questions 256] [--out docs/benchmarks.md]
@@ -25,6 +26,7 @@ from policies.evidence import EvidencePolicy, select_evidence
 from proxy.config import TenantRetrieval
 from proxy.embeddings import LocalMiniLM
 from proxy.retrieval import Retriever, estimated_tokens
+from proxy.retrieval_cache import RetrievalCache
 from proxy.vector_store import StoredChunk, VectorStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,6 +102,18 @@ async def main_async(args: argparse.Namespace) -> list[str]:
             print(lines[-1], flush=True)
     ratio = results[(32, 32)]["qps"] / results[(1, 32)]["qps"]
     lines += ["", f"Throughput at concurrency 32, batching on / off: **{ratio:.1f}x**."]
+
+    cached = Retriever(embedder, store, max_batch=32, max_wait=0, cache=RetrievalCache(ttl=300, empty_ttl=30))
+    repeated = questions[:64]
+    for question in repeated:
+        await cached.retrieve("bench", settings, question)
+    hits = []
+    for question in repeated * 4:
+        started = time.perf_counter()
+        await cached.retrieve("bench", settings, question)
+        hits.append((time.perf_counter() - started) * 1000)
+    lines += ["", f"Cached path (a repeated question: key, lookup, no model or store), {len(hits)} lookups: "
+              f"p50 {percentile(hits, 0.5):.3f} ms, p95 {percentile(hits, 0.95):.3f} ms."]
 
     plain, selected = [], []
     wide = EvidencePolicy(top_n=10, budget_tokens=100_000, duplicate_similarity=settings.duplicate_similarity)

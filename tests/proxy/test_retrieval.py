@@ -163,3 +163,16 @@ def test_a_missing_collection_answers_without_context(
 def test_html_text_keeps_blocks_apart_and_drops_scripts() -> None:
     html = "<p>One&amp;two</p><div>Three<br>Four</div><style>p{}</style><script>x()</script>"
     assert html_text(html) == "One&two\n\nThree\n\nFour"
+
+
+def test_a_repeated_question_is_answered_from_the_passage_cache(
+    fake: FakeServer, start_proxy: Callable[..., str], corpus: Path
+) -> None:
+    gateway = start_proxy(config(fake, corpus))
+    first = ask(gateway, "acme", "How fast is express delivery?")
+    sent_first = fake.app.stats.last_body["messages"][1]["content"]
+    again = ask(gateway, "acme", "how fast is  express delivery?")
+    assert "embed;dur=" in first.headers["server-timing"] and again.headers["server-timing"].startswith("cache;dur=")
+    assert fake.app.stats.last_body["messages"][1]["content"].split(FOOTER)[0] == sent_first.split(FOOTER)[0]
+    metrics = httpx.get(gateway + "/metrics").text
+    assert 'prefixgate_retrieval_cache_total{result="hit"} 1.0' in metrics

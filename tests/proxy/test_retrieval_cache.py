@@ -1,0 +1,121 @@
+"""The passage cache: repeated questions skip the model and the store; ingests and tenants never mix."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+from policies.evidence import Chunk, Passage
+from proxy.config import TenantRetrieval
+from proxy.retrieval import Retriever
+from proxy.retrieval_cache import RetrievalCache, cache_key
+from tests.proxy.test_embeddings import CountingEmbedder
+
+SETTINGS = TenantRetrieval(collection="docs")
+
+
+class StubStore:
+    """Answers every search with one chunk naming the tenant; versions are set by the test."""
+
+    def __init__(self) -> None:
+        self.searches = 0
+        self.current: dict[tuple[str, str], str] = {}
+
+    async def search(self, collection: str, tenant: str, vector: list[float], limit: int) -> list[Chunk]:
+        self.searches += 1
+        return [Chunk(f"{tenant}.md", 0, f"A fact that belongs to {tenant}.", 0.9)]
+
+    async def versions(self) -> dict[tuple[str, str], str]:
+        return dict(self.current)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def retriever(store: StubStore) -> Retriever:
+    return Retriever(CountingEmbedder(), store, max_batch=8, max_wait=0,  # type: ignore[arg-type]
+                     cache=RetrievalCache(ttl=60, empty_ttl=5))
+
+
+def test_a_repeated_question_is_served_from_the_cache_even_reworded_in_case_and_spacing() -> None:
+    async def run() -> None:
+        store = StubStore()
+        cached = retriever(store)
+        first = await cached.retrieve("acme", SETTINGS, "How long is the  warranty?")
+        again = await cached.retrieve("acme", SETTINGS, "how long is the warranty?\n")
+        assert store.searches == 1 and again.passages == first.passages
+        assert "cache" in again.stages and "embed" not in again.stages
+
+    asyncio.run(run())
+
+
+def test_tenants_never_share_entries() -> None:
+    async def run() -> None:
+        store = StubStore()
+        cached = retriever(store)
+        acme = await cached.retrieve("acme", SETTINGS, "What is covered?")
+        globex = await cached.retrieve("globex", SETTINGS, "What is covered?")
+        assert store.searches == 2
+        assert acme.passages is not None and globex.passages is not None
+        assert "globex" in globex.passages[0].text and "acme" in acme.passages[0].text
+
+    asyncio.run(run())
+
+
+def test_an_ingest_that_changes_the_collection_makes_old_entries_unreadable() -> None:
+    async def run() -> None:
+        store = StubStore()
+        cached = retriever(store)
+        await cached.retrieve("acme", SETTINGS, "What is covered?")
+        store.current[("docs", "globex")] = "2"  # another tenant's ingest: acme's entries stay good
+        await cached.refresh_versions()
+        await cached.retrieve("acme", SETTINGS, "What is covered?")
+        assert store.searches == 1
+        store.current[("docs", "acme")] = "7"
+        await cached.refresh_versions()
+        await cached.retrieve("acme", SETTINGS, "What is covered?")
+        assert store.searches == 2
+
+    asyncio.run(run())
+
+
+def test_keys_differ_by_every_part_that_changes_the_answer() -> None:
+    base = cache_key("acme", "q", SETTINGS, "1")
+    assert base != cache_key("globex", "q", SETTINGS, "1")
+    assert base != cache_key("acme", "q", SETTINGS, "2")
+    assert base != cache_key("acme", "q", TenantRetrieval(collection="docs", top_n=2), "1")
+    assert base != cache_key("acme", "q", TenantRetrieval(collection="other"), "1")
+    assert base == cache_key("acme", " Q ", SETTINGS, "1")
+
+
+def test_empty_results_live_shorter_and_every_ttl_is_jittered() -> None:
+    ttls: list[float] = []
+
+    class Recording:
+        async def set(self, key: str, value: Any, ttl: float) -> None:
+            ttls.append(ttl)
+
+    async def run() -> None:
+        cache = RetrievalCache(ttl=300, empty_ttl=30, jitter=0.1, rng=random.Random(3))
+        cache._cache = Recording()  # type: ignore[assignment]
+        passage = Passage("d", 0, 0, "text", 0.5, "", 1)
+        for _ in range(20):
+            await cache.put("k", (passage,))
+            await cache.put("k", ())
+
+    asyncio.run(run())
+    full, empty = ttls[0::2], ttls[1::2]
+    assert all(270 <= ttl <= 330 for ttl in full) and len(set(full)) == 20
+    assert all(27 <= ttl <= 33 for ttl in empty)
+
+
+def test_entries_expire() -> None:
+    async def run() -> None:
+        cache = RetrievalCache(ttl=0.05, empty_ttl=0.05, jitter=0)
+        await cache.put("k", ())
+        assert await cache.get("k") == ()
+        await asyncio.sleep(0.12)
+        assert await cache.get("k") is None
+
+    asyncio.run(run())
