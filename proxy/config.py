@@ -183,6 +183,7 @@ class TenantRetrieval(_Frozen):
     top_n: int = Field(5, ge=1)
     budget_tokens: int = Field(1500, ge=1)
     duplicate_similarity: float = Field(0.85, gt=0, le=1)
+    fallback: bool = False  # model unavailable: answer with the passages (x-prefixgate-degraded) instead of an error
 
 
 class TenantConfig(_Frozen):

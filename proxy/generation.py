@@ -23,6 +23,7 @@ from policies.types import Endpoint, Rejection
 from policies.validate import validate_request
 from proxy.body import ClientGone, decode_json, read_body
 from proxy.errors import OpenAIError
+from proxy.fallback import send_passages_answer
 from proxy.gateway import Gateway, TenantPolicy
 from proxy.relay import CLIENT_CLOSED, UpstreamCall
 from proxy.retrieval import Retriever
@@ -58,20 +59,21 @@ def _with_string_field(raw: bytes, name: bytes, value: str) -> bytes:
 
 async def _add_evidence(
     retriever: Retriever, tenant: TenantPolicy, body: dict, headers: list[tuple[bytes, bytes]]
-) -> tuple[dict, bool]:
+) -> tuple[dict, str | None]:
     """The tenant's passages before the final user message; x-prefixgate-passages says how many
     (``error`` when retrieval failed and the request went on without), Server-Timing how long."""
     assert tenant.retrieval is not None
     question = question_of(body)
     if not question:
-        return body, False
+        return body, None
     retrieved = await retriever.retrieve(tenant.name, tenant.retrieval, question)
     passages = retrieved.passages
     headers.append((b"x-prefixgate-passages", b"error" if passages is None else str(len(passages)).encode()))
     headers.append((b"server-timing", retrieved.server_timing()))
     if not passages:
-        return body, False
-    return with_evidence(body, render_evidence(passages)), True
+        return body, None
+    evidence = render_evidence(passages)
+    return with_evidence(body, evidence), evidence
 
 
 class GenerationRoute:
@@ -95,6 +97,7 @@ class GenerationRoute:
             if isinstance(view, Rejection):
                 raise OpenAIError.from_rejection(view)
             headers: list[tuple[bytes, bytes]] = []
+            fallback: str | None = None  # evidence to answer with if the model cannot
             if self.endpoint != "embeddings":
                 body, changed = view.body, False
                 if self.endpoint == "chat":
@@ -106,8 +109,10 @@ class GenerationRoute:
                         (b"x-prefixgate-templated", str(rewrite.templated).encode()),
                     ]
                     if tenant.retrieval is not None and gateway.retriever is not None and retrieval_wanted:
-                        body, added = await _add_evidence(gateway.retriever, tenant, body, headers)
-                        changed = changed or added
+                        body, evidence = await _add_evidence(gateway.retriever, tenant, body, headers)
+                        changed = changed or evidence is not None
+                        if tenant.retrieval.fallback:
+                            fallback = evidence
                     gateway.prefix_meter.observe(tenant.name, chat_pieces(body), rewrite.moved)
                 else:
                     gateway.prefix_meter.observe(tenant.name, completion_pieces(body), 0)
@@ -120,7 +125,15 @@ class GenerationRoute:
                 if changed:
                     raw = orjson.dumps(body)
             pool = gateway.upstreams.pool_for(view.model, embeddings=self.endpoint == "embeddings")
-            replica = pool.pick()
+            try:
+                replica = pool.pick()
+            except OpenAIError:
+                if fallback is None:
+                    raise
+                gateway.metrics.observe_request(route, 200, perf_counter() - started)
+                await send_passages_answer(send, model=view.model, evidence=fallback, stream=view.stream,
+                                           reason="no_healthy_upstream")
+                return
         except OpenAIError as error:
             gateway.metrics.observe_request(route, error.status, perf_counter() - started)
             await error.send(send)
@@ -136,6 +149,7 @@ class GenerationRoute:
         call = UpstreamCall(
             pool=pool, replica=replica, path=route, body=raw, stream=view.stream,
             route=route, metrics=gateway.metrics, started=started, headers=headers,
+            model=view.model, fallback=fallback,
         )
         await call(scope, receive, send)
 

@@ -15,6 +15,7 @@ from starlette.types import Receive, Scope, Send
 
 from proxy.disconnect import DisconnectWatch
 from proxy.errors import OpenAIError, sse_error_event
+from proxy.fallback import send_passages_answer
 from proxy.metrics import Metrics
 from proxy.transport import Reply, UpstreamBroken, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from proxy.upstream import Pool, Replica
@@ -42,11 +43,13 @@ def _failure(error: UpstreamError, pool: Pool) -> OpenAIError:
 class UpstreamCall:
     """An ASGI response that performs the upstream exchange when Starlette sends it."""
 
-    __slots__ = ("body", "headers", "metrics", "pool", "replica", "route", "started", "status", "stream", "url")
+    __slots__ = ("body", "fallback", "headers", "metrics", "model", "pool", "replica", "route", "started", "status",
+                 "stream", "url")
 
     def __init__(
         self, *, pool: Pool, replica: Replica, path: str, body: bytes, stream: bool,
         route: str, metrics: Metrics, started: float, headers: list[tuple[bytes, bytes]] | None = None,
+        model: str = "", fallback: str | None = None,
     ) -> None:
         self.pool = pool
         self.replica = replica
@@ -57,6 +60,8 @@ class UpstreamCall:
         self.metrics = metrics
         self.started = started
         self.headers = headers or []  # prefixgate's own response headers, added to the upstream's
+        self.model = model
+        self.fallback = fallback  # retrieved evidence to answer with if the model cannot (see proxy/fallback.py)
         self.status = CLIENT_CLOSED
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -99,7 +104,11 @@ class UpstreamCall:
                 error = UpstreamTimeout("no first byte in time" if waiting else "total timeout")
             self.metrics.upstream_error(self.pool.name, error.kind)
             watch.finished = True
-            if self.status == CLIENT_CLOSED:  # nothing sent yet: a proper status code
+            if self.status == CLIENT_CLOSED and self.fallback is not None and error.kind in ("timeout", "connect"):
+                self.status = 200
+                await send_passages_answer(send, model=self.model, evidence=self.fallback, stream=self.stream,
+                                           reason="upstream_" + error.kind)
+            elif self.status == CLIENT_CLOSED:  # nothing sent yet: a proper status code
                 failure = _failure(error, self.pool)
                 self.status = failure.status
                 await failure.send(send)

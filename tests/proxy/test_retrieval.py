@@ -176,3 +176,37 @@ def test_a_repeated_question_is_answered_from_the_passage_cache(
     assert fake.app.stats.last_body["messages"][1]["content"].split(FOOTER)[0] == sent_first.split(FOOTER)[0]
     metrics = httpx.get(gateway + "/metrics").text
     assert 'prefixgate_retrieval_cache_total{result="hit"} 1.0' in metrics
+
+
+def test_when_the_model_cannot_answer_the_passages_come_back_instead_of_an_error(
+    fake: FakeServer, start_proxy: Callable[..., str], corpus: Path
+) -> None:
+    data = config(fake, corpus, fallback=True)
+    data["pools"] = [pool("p", fake.base_url, models=["fake-model", "fake-hang"], timeouts={"first_byte": 0.5})]
+    gateway = start_proxy(data)
+    question = {"role": "user", "content": "How long do I have to return an item?"}
+    headers = {"Authorization": f"Bearer {KEYS['acme']}"}
+    answer = httpx.post(gateway + "/v1/chat/completions", headers=headers, timeout=30,
+                        json={"model": "fake-hang", "messages": [question]})
+    assert answer.status_code == 200 and answer.headers["x-prefixgate-degraded"] == "upstream_timeout"
+    completion = answer.json()
+    assert completion["object"] == "chat.completion" and completion["choices"][0]["finish_reason"] == "stop"
+    assert "30 days" in completion["choices"][0]["message"]["content"]
+    streamed = httpx.post(gateway + "/v1/chat/completions", headers=headers, timeout=30,
+                          json={"model": "fake-hang", "messages": [question], "stream": True})
+    events = [line for line in streamed.text.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]" and "30 days" in streamed.text
+    assert streamed.headers["content-type"].startswith("text/event-stream")
+
+
+@pytest.mark.parametrize(("fallback", "status"), [(False, 502), (True, 200)])
+def test_an_unreachable_model_is_an_error_unless_the_tenant_asked_for_the_fallback(
+    fake: FakeServer, start_proxy: Callable[..., str], corpus: Path, fallback: bool, status: int
+) -> None:
+    data = config(fake, corpus, fallback=fallback)
+    data["pools"] = [pool("p", "http://127.0.0.1:9/v1", models=["fake-model"])]
+    answer = ask(start_proxy(data), "globex", "When is support open?")
+    assert answer.status_code == status
+    if fallback:
+        assert answer.headers["x-prefixgate-degraded"] == "upstream_connect"
+        assert "weekdays" in answer.json()["choices"][0]["message"]["content"]
