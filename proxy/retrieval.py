@@ -42,9 +42,10 @@ class Retrieved:
 class Retriever:
     def __init__(
         self, embedder: Embedder, store: VectorStore, *, max_batch: int, max_wait: float,
-        metrics: Metrics | None = None, cache: RetrievalCache | None = None,
+        metrics: Metrics | None = None, cache: RetrievalCache | None = None, timeout: float = 5.0,
     ) -> None:
         self.embedder = embedder
+        self.timeout = timeout  # embed + search; past it the request goes on without context
         self.store = store
         self.metrics = metrics
         self.cache = cache
@@ -78,7 +79,7 @@ class Retriever:
                                  url=settings.qdrant_url, timeout=settings.timeout)
         cache = RetrievalCache(settings.cache_ttl_s, settings.cache_empty_ttl_s) if settings.cache else None
         retriever = cls(embedder, store, max_batch=settings.batch_max, max_wait=settings.batch_wait_ms / 1000,
-                        metrics=metrics, cache=cache)
+                        metrics=metrics, cache=cache, timeout=settings.timeout)
         if cache is not None:
             poller = retriever._poll_versions(settings.version_poll_s)
             retriever._poller = asyncio.get_running_loop().create_task(poller)
@@ -99,10 +100,11 @@ class Retriever:
                 return Retrieved(list(cached), stages)
             started = perf_counter()
         try:
-            vector = await self.batcher.embed_one(question)
-            stages["embed"] = perf_counter() - started
-            hits = await self.store.search(settings.collection, tenant, vector, settings.candidates)
-            stages["search"] = perf_counter() - started - stages["embed"]
+            async with asyncio.timeout(self.timeout):
+                vector = await self.batcher.embed_one(question)
+                stages["embed"] = perf_counter() - started
+                hits = await self.store.search(settings.collection, tenant, vector, settings.candidates)
+                stages["search"] = perf_counter() - started - stages["embed"]
         except Exception:
             log.warning("retrieval failed for tenant %s; answering without context", tenant, exc_info=True)
             if self.metrics is not None:

@@ -119,3 +119,17 @@ def test_entries_expire() -> None:
         assert await cache.get("k") is None
 
     asyncio.run(run())
+
+
+def test_a_stuck_embedder_costs_at_most_the_timeout_and_the_request_goes_on_without_context() -> None:
+    class StuckEmbedder(CountingEmbedder):
+        async def embed(self, texts: list[str]) -> list[list[float]]:
+            await asyncio.sleep(60)
+            return []
+
+    async def run() -> None:
+        stuck = Retriever(StuckEmbedder(), StubStore(), max_batch=8, max_wait=0, timeout=0.1)  # type: ignore[arg-type]
+        retrieved = await asyncio.wait_for(stuck.retrieve("acme", SETTINGS, "Anything?"), timeout=2)
+        assert retrieved.passages is None
+
+    asyncio.run(run())
