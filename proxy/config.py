@@ -186,11 +186,18 @@ class TenantRetrieval(_Frozen):
     fallback: bool = False  # model unavailable: answer with the passages (x-prefixgate-degraded) instead of an error
 
 
+class AnswerCacheConfig(_Frozen):
+    """Exact repeats of deterministic requests (temperature 0, one choice, no tools) answered from memory."""
+
+    ttl_s: float = Field(600.0, gt=0)
+
+
 class TenantConfig(_Frozen):
     """Per-tenant settings. ``prompt`` fields given here replace the top-level ``prompt`` ones."""
 
     prompt: PromptConfig = PromptConfig()
     retrieval: TenantRetrieval | None = None
+    answer_cache: AnswerCacheConfig | None = None  # opt-in
 
 
 class Config(_Frozen):

@@ -9,6 +9,7 @@ from policies.lines import LineScanner
 from policies.prompt import PromptPolicy
 from policies.templates import compile_template
 from policies.volatile import custom_detectors
+from proxy.answer_store import AnswerStore
 from proxy.auth import OPEN_TENANT, KeyTable
 from proxy.config import Config, PromptConfig, TenantRetrieval
 from proxy.metrics import Metrics
@@ -26,6 +27,7 @@ class TenantPolicy:
     cache_mode: CacheMode
     salt: str
     retrieval: TenantRetrieval | None = None  # set when this tenant gets context from its documents
+    answer_ttl: float | None = None  # set when this tenant's deterministic answers are stored for repeats
 
 
 @dataclass(slots=True)
@@ -37,14 +39,17 @@ class Gateway:
     tenants: dict[str, TenantPolicy]  # every tenant an API key can name, and the open-mode one
     prefix_meter: PrefixMeter
     retriever: Retriever | None = None  # only when some tenant has retrieval on
+    answers: AnswerStore | None = None  # only when some tenant stores answers
 
     @classmethod
     async def start(cls, config: Config, metrics: Metrics) -> Gateway:
         upstreams = Upstreams(config)
         await upstreams.discover()
         retriever = await Retriever.start(config, metrics) if config.wants_retrieval else None
-        return cls(config, KeyTable(config.resolved_keys), metrics, upstreams, tenant_policies(config),
-                   PrefixMeter(metrics), retriever)
+        tenants = tenant_policies(config)
+        answers = AnswerStore() if any(t.answer_ttl for t in tenants.values()) else None
+        return cls(config, KeyTable(config.resolved_keys), metrics, upstreams, tenants, PrefixMeter(metrics),
+                   retriever, answers)
 
     async def aclose(self) -> None:
         await self.upstreams.aclose()
@@ -66,7 +71,8 @@ def tenant_policies(config: Config, extra: tuple[str, ...] = ()) -> dict[str, Te
                               templates=tuple(compile_template(t.name, t.text) for t in prompt.templates))
         own = config.tenants.get(tenant)
         retrieval = own.retrieval if own is not None and own.retrieval is not None and own.retrieval.enabled else None
-        return TenantPolicy(tenant, policy, prompt.cache_salt, tenant_salt(tenant), retrieval)
+        answer_ttl = own.answer_cache.ttl_s if own is not None and own.answer_cache is not None else None
+        return TenantPolicy(tenant, policy, prompt.cache_salt, tenant_salt(tenant), retrieval, answer_ttl)
 
     names = {*config.resolved_keys.values(), *config.tenants, OPEN_TENANT, *extra}
     return {name: build(config.tenant_prompt(name), name) for name in names}

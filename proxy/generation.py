@@ -15,12 +15,15 @@ from time import perf_counter
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from policies.answer_cache import answer_key as answer_key_for
+from policies.answer_cache import cacheable
 from policies.cache_salt import cache_salt
 from policies.evidence import question_of, render_evidence, with_evidence
 from policies.prompt import rewrite_chat
 from policies.stable_prefix import chat_pieces, completion_pieces
 from policies.types import Endpoint, Rejection
 from policies.validate import validate_request
+from proxy.answer_store import send_stored_answer
 from proxy.body import ClientGone, decode_json, read_body
 from proxy.errors import OpenAIError
 from proxy.fallback import send_passages_answer
@@ -98,6 +101,7 @@ class GenerationRoute:
                 raise OpenAIError.from_rejection(view)
             headers: list[tuple[bytes, bytes]] = []
             fallback: str | None = None  # evidence to answer with if the model cannot
+            answer_key: str | None = None  # set when this answer is to be stored for exact repeats
             if self.endpoint != "embeddings":
                 body, changed = view.body, False
                 if self.endpoint == "chat":
@@ -124,6 +128,16 @@ class GenerationRoute:
                         raw = _with_string_field(raw, b"cache_salt", salt)
                 if changed:
                     raw = orjson.dumps(body)
+                if tenant.answer_ttl is not None and gateway.answers is not None and cacheable(body):
+                    answer_key = answer_key_for(tenant.name, body)
+                    stored = await gateway.answers.get(answer_key)
+                    if stored is not None:
+                        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                        await send_stored_answer(send, stored, stream=view.stream, include_usage=include_usage,
+                                                 headers=headers)
+                        gateway.metrics.observe_request(route, 200, perf_counter() - started)
+                        return
+                    headers.append((b"x-prefixgate-answer-cache", b"miss"))
             pool = gateway.upstreams.pool_for(view.model, embeddings=self.endpoint == "embeddings")
             try:
                 replica = pool.pick()
@@ -150,6 +164,7 @@ class GenerationRoute:
             pool=pool, replica=replica, path=route, body=raw, stream=view.stream,
             route=route, metrics=gateway.metrics, started=started, headers=headers,
             model=view.model, fallback=fallback,
+            answers=gateway.answers, answer_key=answer_key, answer_ttl=tenant.answer_ttl or 0.0,
         )
         await call(scope, receive, send)
 

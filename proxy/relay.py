@@ -11,8 +11,11 @@ from __future__ import annotations
 import asyncio
 from time import perf_counter
 
+import orjson
 from starlette.types import Receive, Scope, Send
 
+from policies.answer_cache import completion_from_stream
+from proxy.answer_store import AnswerStore, storable
 from proxy.disconnect import DisconnectWatch
 from proxy.errors import OpenAIError, sse_error_event
 from proxy.fallback import send_passages_answer
@@ -43,13 +46,14 @@ def _failure(error: UpstreamError, pool: Pool) -> OpenAIError:
 class UpstreamCall:
     """An ASGI response that performs the upstream exchange when Starlette sends it."""
 
-    __slots__ = ("body", "fallback", "headers", "metrics", "model", "pool", "replica", "route", "started", "status",
-                 "stream", "url")
+    __slots__ = ("answer_key", "answer_ttl", "answers", "body", "fallback", "headers", "metrics", "model", "pool",
+                 "replica", "route", "started", "status", "stream", "url")
 
     def __init__(
         self, *, pool: Pool, replica: Replica, path: str, body: bytes, stream: bool,
         route: str, metrics: Metrics, started: float, headers: list[tuple[bytes, bytes]] | None = None,
         model: str = "", fallback: str | None = None,
+        answers: AnswerStore | None = None, answer_key: str | None = None, answer_ttl: float = 0.0,
     ) -> None:
         self.pool = pool
         self.replica = replica
@@ -62,6 +66,9 @@ class UpstreamCall:
         self.headers = headers or []  # prefixgate's own response headers, added to the upstream's
         self.model = model
         self.fallback = fallback  # retrieved evidence to answer with if the model cannot (see proxy/fallback.py)
+        self.answers = answers  # with answer_key: store this answer for exact repeats
+        self.answer_key = answer_key
+        self.answer_ttl = answer_ttl
         self.status = CLIENT_CLOSED
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -121,8 +128,18 @@ class UpstreamCall:
             if reply is not None:
                 await reply.close(abort=not complete)
 
+    async def _store(self, completion: dict | None) -> None:
+        if completion is not None and storable(completion):
+            assert self.answers is not None and self.answer_key is not None
+            await self.answers.put(self.answer_key, completion, self.answer_ttl)
+
     async def _relay_whole(self, send: Send, watch: DisconnectWatch, reply: Reply) -> None:
         body = await reply.read()
+        if self.answer_key is not None and reply.status == 200:
+            try:
+                await self._store(orjson.loads(body))
+            except orjson.JSONDecodeError:
+                pass
         if reply.status >= 500:
             self.metrics.upstream_error(self.pool.name, "status_5xx")
         self.status = reply.status
@@ -146,12 +163,17 @@ class UpstreamCall:
             self.metrics.observe_ttft(self.route, perf_counter() - self.started)
         chunk = first
         tail = b""
+        kept: list[bytes] | None = [] if self.answer_key is not None else None  # for the answer store
         while chunk:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
             tail = tail[-16:] + chunk[-32:]
+            if kept is not None:
+                kept.append(chunk)
             chunk = await reply.next_chunk()
         if _DONE not in tail:
             raise UpstreamBroken("stream closed without [DONE]")
+        if kept is not None:
+            await self._store(completion_from_stream(b"".join(kept)))
         watch.finished = True
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
