@@ -14,9 +14,11 @@ from typing import Any, Literal
 
 import orjson
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from policies.templates import compile_template
+from proxy.frozen import Frozen as _Frozen
+from proxy.retrieval_config import AnswerCacheConfig, RetrievalConfig, TenantRetrieval
 
 ENV_CONFIG = "PREFIXGATE_CONFIG"
 ENV_UPSTREAM = "PREFIXGATE_UPSTREAM"
@@ -27,10 +29,6 @@ ENV_DATA_DIR = "PREFIXGATE_DATA_DIR"
 
 class ConfigError(Exception):
     """A configuration problem, worded for the operator who has to fix it."""
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Timeouts(_Frozen):
@@ -147,49 +145,6 @@ class PromptConfig(_Frozen):
     patterns: list[VolatilePattern] = Field(default_factory=list)
     templates: list[TemplateConfig] = Field(default_factory=list)
     cache_salt: Literal["isolate", "share"] = "isolate"
-
-
-class RetrievalConfig(_Frozen):
-    """Where chunks live and how text is embedded; tenants opt in with ``tenants.<name>.retrieval``."""
-
-    qdrant_url: str | None = None  # a Qdrant server (gRPC preferred); default: embedded, under data_dir
-    qdrant_path: str | None = None  # embedded mode's folder; default: <data_dir>/qdrant
-    timeout: float = Field(5.0, gt=0)
-    embeddings_url: str | None = None  # an OpenAI-compatible /v1 base URL; default: MiniLM in-process
-    embeddings_model: str = "all-MiniLM-L6-v2"
-    embeddings_dimensions: int = Field(384, ge=1)
-    batch_max: int = Field(32, ge=1)  # micro-batch: most questions per embedding call
-    batch_wait_ms: float = Field(0.0, ge=0)  # micro-batch: wait for company when the model is idle (0: none)
-    cache: bool = True  # cache selected passages per tenant and question
-    cache_ttl_s: float = Field(300.0, gt=0)
-    cache_empty_ttl_s: float = Field(30.0, gt=0)  # no passages found: retry sooner
-    version_poll_s: float = Field(2.0, gt=0)  # how often the gateway looks for ingests that change a collection
-    chunk_tokens: int = Field(200, ge=8)  # ingestion: tokens per chunk (MiniLM reads at most 256)
-    chunk_overlap: int = Field(32, ge=0)
-
-    @model_validator(mode="after")
-    def _overlap_fits(self) -> RetrievalConfig:
-        if self.chunk_overlap >= self.chunk_tokens:
-            raise ValueError("chunk_overlap must be smaller than chunk_tokens")
-        return self
-
-
-class TenantRetrieval(_Frozen):
-    """Context from a tenant's own documents, added before the final user message."""
-
-    collection: str = Field("prefixgate", min_length=1)
-    enabled: bool = True
-    candidates: int = Field(20, ge=1, le=200)  # hits fetched before selection
-    top_n: int = Field(5, ge=1)
-    budget_tokens: int = Field(1500, ge=1)
-    duplicate_similarity: float = Field(0.85, gt=0, le=1)
-    fallback: bool = False  # model unavailable: answer with the passages (x-prefixgate-degraded) instead of an error
-
-
-class AnswerCacheConfig(_Frozen):
-    """Exact repeats of deterministic requests (temperature 0, one choice, no tools) answered from memory."""
-
-    ttl_s: float = Field(600.0, gt=0)
 
 
 class TenantConfig(_Frozen):

@@ -11,10 +11,11 @@ from policies.templates import compile_template
 from policies.volatile import custom_detectors
 from proxy.answer_store import AnswerStore
 from proxy.auth import OPEN_TENANT, KeyTable
-from proxy.config import Config, PromptConfig, TenantRetrieval
+from proxy.config import Config, PromptConfig
 from proxy.metrics import Metrics
 from proxy.prefix_meter import PrefixMeter
 from proxy.retrieval import Retriever
+from proxy.retrieval_config import TenantRetrieval
 from proxy.upstream import Upstreams
 
 

@@ -13,10 +13,11 @@ from time import perf_counter
 
 from policies.evidence import EvidencePolicy, Passage, select_evidence
 from policies.stable_prefix import CHARS_PER_TOKEN
-from proxy.config import Config, TenantRetrieval
+from proxy.config import Config
 from proxy.embeddings import Embedder, LocalMiniLM, MicroBatcher, RemoteEmbeddings
 from proxy.metrics import Metrics
 from proxy.retrieval_cache import RetrievalCache, cache_key
+from proxy.retrieval_config import TenantRetrieval
 from proxy.vector_store import VectorStore
 
 log = logging.getLogger("prefixgate")

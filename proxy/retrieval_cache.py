@@ -17,7 +17,7 @@ import orjson
 from aiocache import SimpleMemoryCache
 
 from policies.evidence import Passage
-from proxy.config import TenantRetrieval
+from proxy.retrieval_config import TenantRetrieval
 
 
 def normalized_question(text: str) -> str:

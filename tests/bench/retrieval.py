@@ -23,10 +23,10 @@ from pathlib import Path
 from statistics import median
 
 from policies.evidence import EvidencePolicy, select_evidence
-from proxy.config import TenantRetrieval
 from proxy.embeddings import LocalMiniLM
 from proxy.retrieval import Retriever, estimated_tokens
 from proxy.retrieval_cache import RetrievalCache
+from proxy.retrieval_config import TenantRetrieval
 from proxy.vector_store import StoredChunk, VectorStore
 
 ROOT = Path(__file__).resolve().parents[2]

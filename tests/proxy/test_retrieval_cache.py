@@ -7,9 +7,9 @@ import random
 from typing import Any
 
 from policies.evidence import Chunk, Passage
-from proxy.config import TenantRetrieval
 from proxy.retrieval import Retriever
 from proxy.retrieval_cache import RetrievalCache, cache_key
+from proxy.retrieval_config import TenantRetrieval
 from tests.proxy.test_embeddings import CountingEmbedder
 
 SETTINGS = TenantRetrieval(collection="docs")
