@@ -15,13 +15,19 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec triton
 	touch $(STAMP)
 
-.PHONY: install serve test bench
+.PHONY: install serve test bench redis-server
 install: $(STAMP)
 
 serve: $(STAMP)
 	$(VENV)/bin/prefixgate serve $(ARGS)
 
-test: $(STAMP)
+# The shared-cache tests start a real redis-server (Debian's package); install it if it is missing.
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
+
+test: $(STAMP) redis-server
 	$(PY) -m pytest $(ARGS)
 
 bench: $(STAMP)

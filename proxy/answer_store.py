@@ -1,7 +1,8 @@
 """Stored whole answers for tenants that opt in (see policies/answer_cache.py for what qualifies).
 
-In process, on aiocache's memory backend, with a TTL per tenant. Replays answer with the header
-``x-prefixgate-answer-cache: hit`` and never reach a replica.
+In process, on aiocache's memory backend, with a TTL per tenant; with ``redis`` configured, shared
+by every gateway replica (proxy/shared_cache.py), so a repeat is a hit whichever replica it reaches.
+Replays answer with the header ``x-prefixgate-answer-cache: hit`` and never reach a replica.
 """
 
 from __future__ import annotations
@@ -9,21 +10,24 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from aiocache import SimpleMemoryCache
 from starlette.types import Send
 
 from policies.answer_cache import stream_from_completion
+from proxy.shared_cache import TieredCache
 
 
 class AnswerStore:
-    def __init__(self) -> None:
-        self._cache = SimpleMemoryCache(timeout=None)
+    def __init__(self, store: TieredCache | None = None) -> None:
+        self._store = store or TieredCache()
 
     async def get(self, key: str) -> dict[str, Any] | None:
-        return await self._cache.get(key)
+        return await self._store.get(key)
 
     async def put(self, key: str, completion: dict[str, Any], ttl: float) -> None:
-        await self._cache.set(key, completion, ttl=ttl)
+        await self._store.put(key, completion, ttl)
+
+    async def aclose(self) -> None:
+        await self._store.aclose()
 
 
 def storable(completion: dict[str, Any]) -> bool:

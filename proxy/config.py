@@ -18,7 +18,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from policies.templates import compile_template
 from proxy.frozen import Frozen as _Frozen
-from proxy.retrieval_config import AnswerCacheConfig, RetrievalConfig, TenantRetrieval
+from proxy.retrieval_config import AnswerCacheConfig, RedisConfig, RetrievalConfig, TenantRetrieval
 
 ENV_CONFIG = "PREFIXGATE_CONFIG"
 ENV_UPSTREAM = "PREFIXGATE_UPSTREAM"
@@ -163,6 +163,7 @@ class Config(_Frozen):
     prompt: PromptConfig = PromptConfig()
     tenants: dict[str, TenantConfig] = Field(default_factory=dict)
     retrieval: RetrievalConfig = RetrievalConfig()
+    redis: RedisConfig | None = None  # caches shared by replicas; default: in-process only
     engine: EngineConfig = EngineConfig()
     data_dir: str = Field(default_factory=lambda: str(Path.home() / ".cache" / "prefixgate"))
     resolved_keys: dict[str, str] = Field(default_factory=dict, repr=False, exclude=True)

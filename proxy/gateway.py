@@ -16,6 +16,7 @@ from proxy.metrics import Metrics
 from proxy.prefix_meter import PrefixMeter
 from proxy.retrieval import Retriever
 from proxy.retrieval_config import TenantRetrieval
+from proxy.shared_cache import tiered_cache
 from proxy.upstream import Upstreams
 
 
@@ -48,7 +49,8 @@ class Gateway:
         await upstreams.discover()
         retriever = await Retriever.start(config, metrics) if config.wants_retrieval else None
         tenants = tenant_policies(config)
-        answers = AnswerStore() if any(t.answer_ttl for t in tenants.values()) else None
+        wants_answers = any(t.answer_ttl for t in tenants.values())
+        answers = AnswerStore(tiered_cache(config.redis, "answers", metrics)) if wants_answers else None
         return cls(config, KeyTable(config.resolved_keys), metrics, upstreams, tenants, PrefixMeter(metrics),
                    retriever, answers)
 
@@ -56,6 +58,8 @@ class Gateway:
         await self.upstreams.aclose()
         if self.retriever is not None:
             await self.retriever.aclose()
+        if self.answers is not None:
+            await self.answers.aclose()
 
 
 def tenant_policies(config: Config, extra: tuple[str, ...] = ()) -> dict[str, TenantPolicy]:

@@ -58,12 +58,17 @@ class Metrics:
             buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=self.registry,
         )
         self._retrieval_cache = Counter(
-            "prefixgate_retrieval_cache", "Retrievals answered from the passage cache (hit) or computed (miss).",
+            "prefixgate_retrieval_cache",
+            "Retrievals answered from the passage cache (hit), by one already running (joined) or computed (miss).",
             ["result"], registry=self.registry,
         )
         self._retrieval_failures = Counter(
             "prefixgate_retrieval_failures", "Requests that went on without context because retrieval failed.",
             registry=self.registry,
+        )
+        self._shared_cache = Counter(
+            "prefixgate_shared_cache", "Redis-backed caches: reads Redis answered (shared_hit), failed calls (error).",
+            ["cache", "event"], registry=self.registry,
         )
         self._children: dict[tuple[str, ...], tuple[Counter, Histogram]] = {}
         self._tenant_children: dict[str, tuple[Histogram, Histogram, Counter]] = {}
@@ -103,6 +108,9 @@ class Metrics:
 
     def retrieval_cache(self, result: str) -> None:
         self._retrieval_cache.labels(result).inc()
+
+    def shared_cache(self, cache: str, event: str) -> None:
+        self._shared_cache.labels(cache, event).inc()
 
     def retrieval_failed(self) -> None:
         self._retrieval_failures.inc()

@@ -18,6 +18,7 @@ from proxy.embeddings import Embedder, LocalMiniLM, MicroBatcher, RemoteEmbeddin
 from proxy.metrics import Metrics
 from proxy.retrieval_cache import RetrievalCache, cache_key
 from proxy.retrieval_config import TenantRetrieval
+from proxy.shared_cache import tiered_cache
 from proxy.vector_store import VectorStore
 
 log = logging.getLogger("prefixgate")
@@ -52,6 +53,7 @@ class Retriever:
         self.cache = cache
         self.versions: dict[tuple[str, str], str] = {}  # (collection, tenant) -> version, polled
         self._poller: asyncio.Task[None] | None = None
+        self._running: dict[str, asyncio.Future[Retrieved]] = {}  # cache key -> the retrieval under way
         on_batch = metrics.observe_embedding_batch if metrics is not None else None
         self.batcher = MicroBatcher(embedder, max_batch=max_batch, max_wait=max_wait, on_batch=on_batch)
 
@@ -78,7 +80,10 @@ class Retriever:
             embedder = await asyncio.to_thread(LocalMiniLM)  # seconds of loading, off the event loop
         store = VectorStore.open(dimensions=embedder.dimensions, path=config.qdrant_path(),
                                  url=settings.qdrant_url, timeout=settings.timeout)
-        cache = RetrievalCache(settings.cache_ttl_s, settings.cache_empty_ttl_s) if settings.cache else None
+        cache = None
+        if settings.cache:
+            cache = RetrievalCache(settings.cache_ttl_s, settings.cache_empty_ttl_s,
+                                   store=tiered_cache(config.redis, "passages", metrics))
         retriever = cls(embedder, store, max_batch=settings.batch_max, max_wait=settings.batch_wait_ms / 1000,
                         metrics=metrics, cache=cache, timeout=settings.timeout)
         if cache is not None:
@@ -87,19 +92,44 @@ class Retriever:
         return retriever
 
     async def retrieve(self, tenant: str, settings: TenantRetrieval, question: str) -> Retrieved:
-        """The evidence for ``question`` from the tenant's own chunks."""
+        """The evidence for ``question`` from the tenant's own chunks.
+
+        Concurrent requests with the same question share one embed + search (the first one's), so a
+        question that turns hot on a cold cache costs one retrieval, not one per request.
+        """
+        if self.cache is None:
+            return await self._search_and_select(tenant, settings, question)
+        started = perf_counter()
+        key = cache_key(tenant, question, settings, self.versions.get((settings.collection, tenant), "0"))
+        cached = await self.cache.get(key)
+        if cached is not None:
+            self._count("hit")
+            return Retrieved(list(cached), {"cache": perf_counter() - started})
+        running = self._running.get(key)
+        if running is not None:
+            self._count("joined")
+            retrieved = await asyncio.shield(running)
+            return Retrieved(retrieved.passages, {"joined": perf_counter() - started})
+        self._count("miss")
+        running = self._running[key] = asyncio.ensure_future(self._search_and_select(tenant, settings, question, key))
+        return await asyncio.shield(running)  # a client that leaves does not cancel the others' retrieval
+
+    def _count(self, result: str) -> None:
+        if self.metrics is not None:
+            self.metrics.retrieval_cache(result)
+
+    async def _search_and_select(
+        self, tenant: str, settings: TenantRetrieval, question: str, key: str | None = None,
+    ) -> Retrieved:
+        try:
+            return await self._uncached(tenant, settings, question, key)
+        finally:
+            if key is not None:
+                self._running.pop(key, None)
+
+    async def _uncached(self, tenant: str, settings: TenantRetrieval, question: str, key: str | None) -> Retrieved:
         stages: dict[str, float] = {}
         started = perf_counter()
-        key = None
-        if self.cache is not None:
-            key = cache_key(tenant, question, settings, self.versions.get((settings.collection, tenant), "0"))
-            cached = await self.cache.get(key)
-            if self.metrics is not None:
-                self.metrics.retrieval_cache("miss" if cached is None else "hit")
-            if cached is not None:
-                stages["cache"] = perf_counter() - started
-                return Retrieved(list(cached), stages)
-            started = perf_counter()
         try:
             async with asyncio.timeout(self.timeout):
                 vector = await self.batcher.embed_one(question)
@@ -127,3 +157,5 @@ class Retriever:
             self._poller.cancel()
         await self.store.aclose()
         await self.embedder.aclose()
+        if self.cache is not None:
+            await self.cache.aclose()

@@ -14,10 +14,10 @@ import random
 import unicodedata
 
 import orjson
-from aiocache import SimpleMemoryCache
 
 from policies.evidence import Passage
 from proxy.retrieval_config import TenantRetrieval
+from proxy.shared_cache import TieredCache
 
 
 def normalized_question(text: str) -> str:
@@ -31,22 +31,38 @@ def cache_key(tenant: str, question: str, settings: TenantRetrieval, version: st
     return hashlib.sha256(orjson.dumps(parts)).hexdigest()
 
 
-class RetrievalCache:
-    """In-process (aiocache's memory backend); values are the selected passages as they are."""
+def _passages(raw: list[dict]) -> tuple[Passage, ...]:
+    """Passages back from their JSON form in Redis."""
+    return tuple(Passage(**fields) for fields in raw)
 
-    def __init__(self, ttl: float, empty_ttl: float, jitter: float = 0.1, rng: random.Random | None = None) -> None:
+
+class RetrievalCache:
+    """Selected passages per key, in process and, when configured, in Redis shared by replicas."""
+
+    def __init__(
+        self, ttl: float, empty_ttl: float, jitter: float = 0.1, rng: random.Random | None = None,
+        store: TieredCache | None = None,
+    ) -> None:
         self.ttl = ttl
         self.empty_ttl = empty_ttl
         self.jitter = jitter
         self._rng = rng or random.Random()
-        self._cache = SimpleMemoryCache(timeout=None)  # no per-call wait_for: a dict lookup needs no timeout
+        self._store = store or TieredCache()
+        self._store.decode = _passages
+
+    @property
+    def shared(self) -> bool:
+        return self._store.shared
 
     async def get(self, key: str) -> tuple[Passage, ...] | None:
-        return await self._cache.get(key)
+        return await self._store.get(key)
 
     async def put(self, key: str, passages: tuple[Passage, ...]) -> None:
         base = self.ttl if passages else self.empty_ttl
-        await self._cache.set(key, passages, ttl=base * self._rng.uniform(1 - self.jitter, 1 + self.jitter))
+        await self._store.put(key, passages, base * self._rng.uniform(1 - self.jitter, 1 + self.jitter))
 
     async def clear(self) -> None:
-        await self._cache.clear()
+        await self._store.clear()
+
+    async def aclose(self) -> None:
+        await self._store.aclose()

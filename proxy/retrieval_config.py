@@ -1,11 +1,11 @@
-"""Configuration of retrieval and answer reuse: the ``retrieval`` section and per-tenant opt-ins.
+"""Configuration of retrieval and answer reuse: ``retrieval``, ``redis`` and per-tenant opt-ins.
 
 Part of the one frozen config (proxy/config.py), kept apart because it is its own feature.
 """
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from proxy.frozen import Frozen as _Frozen
 
@@ -51,3 +51,20 @@ class AnswerCacheConfig(_Frozen):
     """Exact repeats of deterministic requests (temperature 0, one choice, no tools) answered from memory."""
 
     ttl_s: float = Field(600.0, gt=0)
+
+
+class RedisConfig(_Frozen):
+    """Redis shared by every gateway replica; caches keep a short in-process tier in front of it."""
+
+    url: str = Field(min_length=1, repr=False)  # redis[s]://[:password@]host[:port][/db]
+    timeout_ms: float = Field(100.0, gt=0)  # each call; past it the cache counts a miss
+    front_ttl_s: float = Field(5.0, gt=0)  # in-process tier: how long a replica reuses what it read
+    retry_s: float = Field(2.0, gt=0)  # after a failed call, in-process only for this long
+
+    @field_validator("url")
+    @classmethod
+    def _redis_url(cls, url: str) -> str:
+        if not url.startswith(("redis://", "rediss://")):
+            # the URL itself stays out of the message: it may hold a password
+            raise ValueError("must be a redis:// URL (rediss:// for TLS) such as redis://127.0.0.1:6379/0")
+        return url

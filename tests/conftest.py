@@ -20,6 +20,7 @@ import yaml
 from proxy.app import create_app
 from proxy.config import Config, build_config
 from tests.support.fake_upstream import FakeUpstream
+from tests.support.redis_server import RedisServer
 from tests.support.servers import free_port, serve_in_thread
 
 
@@ -38,6 +39,17 @@ def fake() -> Iterator[FakeServer]:
     app = FakeUpstream()
     with serve_in_thread(app) as url:
         yield FakeServer(url, app)
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A real redis-server of its own for one test, stopped afterwards."""
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def make_config(data: dict[str, Any], env: dict[str, str] | None = None) -> Config:

@@ -66,6 +66,8 @@ pools:
          ["prompt.templates[0]", "template 't'", "plain {name} variable"]),
         ("tenants:\n  acme: {prompt: {cache_salt: public}}\n", ["tenants.acme.prompt.cache_salt", "isolate"]),
         ("prompt:\n  patterns: [{name: p, regex: '(x'}]\n", ["prompt.patterns[0].regex", "not a valid regular"]),
+        ("redis: {url: 'localhost:6379'}\n", ["redis.url", "redis:// URL"]),
+        ("redis: {url: 'redis://h:6379/0', timeout_ms: 0}\n", ["redis.timeout_ms", "greater than 0"]),
     ],
 )
 def test_errors_name_file_and_field(tmp_path: Path, text: str, fragments: list[str]) -> None:

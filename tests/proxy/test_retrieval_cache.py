@@ -10,6 +10,7 @@ from policies.evidence import Chunk, Passage
 from proxy.retrieval import Retriever
 from proxy.retrieval_cache import RetrievalCache, cache_key
 from proxy.retrieval_config import TenantRetrieval
+from proxy.shared_cache import TieredCache
 from tests.proxy.test_embeddings import CountingEmbedder
 
 SETTINGS = TenantRetrieval(collection="docs")
@@ -92,13 +93,12 @@ def test_keys_differ_by_every_part_that_changes_the_answer() -> None:
 def test_empty_results_live_shorter_and_every_ttl_is_jittered() -> None:
     ttls: list[float] = []
 
-    class Recording:
-        async def set(self, key: str, value: Any, ttl: float) -> None:
+    class Recording(TieredCache):
+        async def put(self, key: str, value: Any, ttl: float) -> None:
             ttls.append(ttl)
 
     async def run() -> None:
-        cache = RetrievalCache(ttl=300, empty_ttl=30, jitter=0.1, rng=random.Random(3))
-        cache._cache = Recording()  # type: ignore[assignment]
+        cache = RetrievalCache(ttl=300, empty_ttl=30, jitter=0.1, rng=random.Random(3), store=Recording())
         passage = Passage("d", 0, 0, "text", 0.5, "", 1)
         for _ in range(20):
             await cache.put("k", (passage,))
@@ -131,5 +131,34 @@ def test_a_stuck_embedder_costs_at_most_the_timeout_and_the_request_goes_on_with
         stuck = Retriever(StuckEmbedder(), StubStore(), max_batch=8, max_wait=0, timeout=0.1)  # type: ignore[arg-type]
         retrieved = await asyncio.wait_for(stuck.retrieve("acme", SETTINGS, "Anything?"), timeout=2)
         assert retrieved.passages is None
+
+    asyncio.run(run())
+
+
+def test_concurrent_requests_with_one_question_share_one_retrieval() -> None:
+    async def run() -> None:
+        store = StubStore()
+        cached = retriever(store)
+        results = await asyncio.gather(*(cached.retrieve("acme", SETTINGS, "What is covered?") for _ in range(12)))
+        assert store.searches == 1 and len(cached.embedder.calls) == 1  # type: ignore[attr-defined]
+        assert all(result.passages == results[0].passages for result in results)
+        assert sum("joined" in result.stages for result in results) == 11
+        other = await cached.retrieve("globex", SETTINGS, "What is covered?")
+        assert store.searches == 2 and other.passages != results[0].passages
+
+    asyncio.run(run())
+
+
+def test_a_client_that_leaves_does_not_cancel_the_retrieval_others_wait_for() -> None:
+    async def run() -> None:
+        store = StubStore()
+        cached = retriever(store)
+        first = asyncio.ensure_future(cached.retrieve("acme", SETTINGS, "What is covered?"))
+        await asyncio.sleep(0)
+        second = asyncio.ensure_future(cached.retrieve("acme", SETTINGS, "What is covered?"))
+        await asyncio.sleep(0)
+        first.cancel()
+        result = await second
+        assert result.passages and "acme" in result.passages[0].text and store.searches == 1
 
     asyncio.run(run())
