@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from policies.chunking import chunk_id, chunk_spans
 from proxy.embeddings import Embedder
 from proxy.vector_store import StoredChunk, VectorStore
 
-SUFFIXES = (".txt", ".md", ".markdown", ".html", ".htm")
+SUFFIXES = (".txt", ".md", ".markdown", ".html", ".htm", ".pdf")
 EMBED_BATCH = 64
 _WORDISH = re.compile(r"\s*\S+")
 
@@ -62,9 +62,32 @@ def html_text(html: str) -> str:
     return re.sub(r"\s*\n\s*\n\s*", "\n\n", text).strip()
 
 
+class UnreadableDocument(Exception):
+    """A document whose text cannot be had (a damaged or password-protected PDF); ingest skips it."""
+
+
+def pdf_text(path: Path) -> str:
+    """The text layer of each page (pypdf), pages apart as paragraphs; scanned pages have none."""
+    from pypdf import PdfReader
+    from pypdf.errors import PdfReadError
+
+    try:
+        reader = PdfReader(path)
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise UnreadableDocument(f"{path}: the PDF is password-protected")
+        pages = [page.extract_text() or "" for page in reader.pages]
+    except (PdfReadError, ValueError, KeyError) as error:
+        raise UnreadableDocument(f"{path}: not a readable PDF ({error})") from error
+    text = "\n\n".join(re.sub(r"[ \t]+\n", "\n", page).strip() for page in pages)
+    return text.strip()
+
+
 def read_document(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix == ".pdf":
+        return pdf_text(path)
     raw = path.read_text(encoding="utf-8", errors="replace")
-    return html_text(raw) if path.suffix.lower() in (".html", ".htm") else raw.replace("\r\n", "\n")
+    return html_text(raw) if suffix in (".html", ".htm") else raw.replace("\r\n", "\n")
 
 
 def document_id(path: Path) -> str:
@@ -105,6 +128,7 @@ class IngestReport:
     documents: int = 0
     chunks: int = 0
     replaced: int = 0  # chunks of earlier versions removed first
+    skipped: list[str] = field(default_factory=list)  # why each unreadable document was left out
 
 
 async def ingest(
@@ -116,7 +140,11 @@ async def ingest(
     report = IngestReport()
     documents = list(find_documents(paths))
     for path in tqdm(documents, desc="ingest", unit="doc", disable=not progress):
-        text = read_document(path)
+        try:
+            text = read_document(path)
+        except UnreadableDocument as error:
+            report.skipped.append(str(error))
+            continue
         doc_id = document_id(path)
         spans = chunk_spans(text, offsets(text), chunk_tokens, chunk_overlap)
         report.replaced += await store.delete_document(collection, tenant, doc_id)
@@ -135,8 +163,8 @@ async def ingest(
 
 
 def add_parser(commands: Any) -> None:
-    parser = commands.add_parser("ingest", help="add documents (.txt .md .html) to a tenant's retrieval collection")
-    parser.add_argument("paths", nargs="*", help="files or folders (searched for .txt, .md, .html)")
+    parser = commands.add_parser("ingest", help="add .txt .md .html .pdf documents to a tenant's retrieval collection")
+    parser.add_argument("paths", nargs="*", help="files or folders (searched for .txt, .md, .html, .pdf)")
     parser.add_argument("--tenant", required=True, help="the tenant whose collection receives the chunks")
     parser.add_argument("--collection", help="default: tenants.<tenant>.retrieval.collection, else 'prefixgate'")
     parser.add_argument("--delete", metavar="DOC", action="append", default=[], help="remove a document instead")
@@ -169,6 +197,8 @@ def run(args: Any) -> int:
 
 
 async def _ingest_command(args: Any, config: Any, collection: str) -> int:
+    import sys
+
     from proxy.retrieval import Retriever
 
     retriever = await Retriever.start(config)
@@ -184,6 +214,10 @@ async def _ingest_command(args: Any, config: Any, collection: str) -> int:
                                   chunk_overlap=settings.chunk_overlap, progress=not args.quiet)
             print(f"ingested {report.documents} documents as {report.chunks} chunks into '{collection}' "
                   f"for tenant '{args.tenant}' (replaced {report.replaced} earlier chunks)")
+            for reason in report.skipped:
+                print(f"prefixgate ingest: skipped {reason}", file=sys.stderr)
+            if report.skipped:
+                return 1
     finally:
         await retriever.aclose()
     return 0

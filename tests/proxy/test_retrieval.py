@@ -15,9 +15,11 @@ import pytest
 
 from policies.evidence import FOOTER, HEADER
 from proxy.embeddings import LocalMiniLM
-from proxy.ingest import html_text, ingest
+from proxy.ingest import IngestReport, html_text, ingest
 from proxy.vector_store import VectorStore
 from tests.conftest import FakeServer, pool
+from tests.proxy.test_embeddings import CountingEmbedder
+from tests.support.pdf import text_pdf
 
 DOCS = {
     "acme": {
@@ -35,6 +37,11 @@ DOCS = {
         "support.txt": "Globex support answers by phone on weekdays from 8 am to 6 pm Central European Time.",
     },
 }
+PDFS = {  # tenant -> PDF name -> pages of lines
+    "globex": {"router-manual.pdf": [["Globex Router Manual"],
+                                     ["To reset the Globex router, hold the back button for ten seconds",
+                                      "until the light blinks amber."]]},
+}
 KEYS = {"acme": "sk-acme-test-1", "globex": "sk-globex-test-1"}
 
 
@@ -47,6 +54,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
         root = tmp_path_factory.mktemp(f"docs-{tenant}")
         for name, text in files.items():
             (root / name).write_text(text)
+        for name, pages in PDFS.get(tenant, {}).items():
+            (root / name).write_bytes(text_pdf(pages))
         roots[tenant] = root
 
     async def load() -> None:
@@ -59,7 +68,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
             again = await ingest([str(roots["acme"])], tenant="acme", collection="docs", embedder=embedder,
                                  store=store, chunk_tokens=64, chunk_overlap=8, progress=False)
             assert again.replaced == again.chunks == 3  # re-ingesting replaced, it did not duplicate
-            assert await store.count("docs", "acme") == 3 and await store.count("docs", "globex") == 2
+            assert await store.count("docs", "acme") == 3 and await store.count("docs", "globex") == 3
         finally:
             await store.aclose()
             await embedder.aclose()
@@ -158,6 +167,30 @@ def test_a_missing_collection_answers_without_context(
     assert answer.status_code == 200 and answer.headers["x-prefixgate-passages"] == "error"
     assert fake.app.stats.last_body["messages"][1]["content"] == "When is support open?"
     assert "prefixgate_retrieval_failures_total 1.0" in httpx.get(gateway + "/metrics").text
+
+
+def test_pdf_text_is_ingested_and_retrieved(fake: FakeServer, start_proxy: Callable[..., str], corpus: Path) -> None:
+    gateway = start_proxy(config(fake, corpus, top_n=1))
+    ask(gateway, "globex", "How do I reset my router?")
+    user = fake.app.stats.last_body["messages"][1]["content"]
+    assert "hold the back button for ten seconds" in user and "router-manual.pdf (chunk" in user
+
+
+def test_an_unreadable_pdf_is_skipped_with_its_reason_and_the_rest_goes_in(tmp_path: Path) -> None:
+    (tmp_path / "good.txt").write_text("Plain text that goes in.")
+    (tmp_path / "damaged.pdf").write_bytes(b"%PDF-1.4\nthis is not a PDF body at all")
+
+    async def run() -> IngestReport:
+        store = VectorStore.open(dimensions=1, path=tmp_path / "qdrant")
+        try:
+            return await ingest([str(tmp_path)], tenant="t", collection="docs", embedder=CountingEmbedder(),
+                                store=store, chunk_tokens=64, chunk_overlap=8, progress=False)
+        finally:
+            await store.aclose()
+
+    report = asyncio.run(run())
+    assert report.documents == 1 and len(report.skipped) == 1
+    assert "damaged.pdf" in report.skipped[0] and "not a readable PDF" in report.skipped[0]
 
 
 def test_html_text_keeps_blocks_apart_and_drops_scripts() -> None:
