@@ -127,6 +127,28 @@ def as_rewritten(make: Callable[[int], Body]) -> Callable[[int], Body]:
     return lambda index: {**rewrite_chat(make(index), policy).body, "cache_salt": salt}
 
 
+def start_engine_on_own_core(model: str, workdir: Path) -> LocalEngine:
+    """The tiny model on a local vLLM CPU engine with the dev endpoints (POST /reset_prefix_cache).
+
+    The engine process gets the last core, this process (and the gateway it starts) the others, as on
+    a real deployment where the engine has its own hardware (with all on both cores, the gateway
+    waited on engine threads and TTFT through it blurred by several ms).
+    """
+    model_dir = ensure_tiny_model(Path(os.environ.get("PREFIXGATE_DATA_DIR", workdir)))
+    cores = sorted(os.sched_getaffinity(0))
+    env = {"VLLM_SERVER_DEV_MODE": "1"}
+    if len(cores) >= 2:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = str(cores[-1])
+        os.sched_setaffinity(0, set(cores[:-1]))
+    engine = LocalEngine(model_dir, served_model_name=model, port=free_port(),
+                         log_path=workdir / "engine.log", extra_env=env)
+    engine.start()
+    if len(cores) >= 2 and engine.pid is not None:
+        os.sched_setaffinity(engine.pid, {cores[-1]})  # threads it starts later inherit this
+    engine.wait_ready(300)
+    return engine
+
+
 def engine_counters(engine: str) -> tuple[float, float]:
     text = httpx.get(engine + "/metrics", timeout=10).text
     return sample_sum(text, "vllm:prefix_cache_hits_total"), sample_sum(text, "vllm:prefix_cache_queries_total")
@@ -269,21 +291,7 @@ def main() -> None:
     if args.engine:
         origin = args.engine.rstrip("/")
     else:
-        model_dir = ensure_tiny_model(Path(os.environ.get("PREFIXGATE_DATA_DIR", workdir)))
-        # The engine process gets the last core, the gateway and this client the others, as on a real
-        # deployment where the engine has its own hardware (with all three on both cores, the gateway
-        # waited on engine threads and TTFT through it blurred by several ms).
-        cores = sorted(os.sched_getaffinity(0))
-        env = {"VLLM_SERVER_DEV_MODE": "1"}
-        if len(cores) >= 2:
-            env["VLLM_CPU_OMP_THREADS_BIND"] = str(cores[-1])
-            os.sched_setaffinity(0, set(cores[:-1]))
-        engine = LocalEngine(model_dir, served_model_name=args.model, port=free_port(),
-                             log_path=workdir / "engine.log", extra_env=env)
-        engine.start()
-        if len(cores) >= 2 and engine.pid is not None:
-            os.sched_setaffinity(engine.pid, {cores[-1]})  # threads it starts later inherit this
-        engine.wait_ready(300)
+        engine = start_engine_on_own_core(args.model, workdir)
         origin = engine.origin
     gateway, gateway_base = start_gateway(origin + "/v1", args.model, workdir)
     workloads = {
