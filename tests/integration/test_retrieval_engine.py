@@ -1,9 +1,9 @@
 """Retrieval end to end with every real part: MiniLM, Qdrant local mode, prefixgate and the vLLM engine.
 
-The engine reports how many prompt tokens it processed; its /tokenize endpoint says how many the
-prompt we expect (the passages for the question, in the template, before the question) has. Equal
-counts mean the engine received that prompt (a missing or extra passage changes the count); the exact
-text and placement are asserted against the fake upstream in tests/proxy/test_retrieval.py.
+The engine reports back the prompt it rendered (``prompt_logprobs``, one decoded token each): it must
+hold the passages we expect for the question, in the template, right before the question and after
+the system message. Its usage must also equal what /tokenize counts for that prompt, so no passage
+is missing or added.
 """
 
 from __future__ import annotations
@@ -63,10 +63,13 @@ def test_the_engine_receives_the_selected_passages_before_the_question(
     for question, document in QUESTIONS.items():
         assert f"] {document} (chunk 0)" in expected[question]  # the answering document is among the passages
         answer = client.chat.completions.with_raw_response.create(
-            model=embedded.model, max_tokens=2, temperature=0,
+            model=embedded.model, max_tokens=2, temperature=0, extra_body={"prompt_logprobs": 0},
             messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
         )
         assert answer.headers["x-prefixgate-passages"] == "3"
+        rendered = "".join(next(iter(entry.values()))["decoded_token"]
+                           for entry in answer.http_response.json()["prompt_logprobs"] if entry)
+        assert rendered.index(SYSTEM) < rendered.index(expected[question] + "\n\n" + question)
         completion = answer.parse()
         assert completion.choices[0].message is not None
         prompt = [{"role": "system", "content": SYSTEM},

@@ -7,6 +7,7 @@ item), so a passage that crosses tenants shows up as the wrong number in the ups
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from proxy.vector_store import VectorStore
 from tests.conftest import FakeServer, pool
 from tests.proxy.test_embeddings import CountingEmbedder
 from tests.support.pdf import text_pdf
+from tests.support.servers import free_port
 
 DOCS = {
     "acme": {
@@ -243,3 +245,22 @@ def test_an_unreachable_model_is_an_error_unless_the_tenant_asked_for_the_fallba
     if fallback:
         assert answer.headers["x-prefixgate-degraded"] == "upstream_connect"
         assert "weekdays" in answer.json()["choices"][0]["message"]["content"]
+
+
+# qdrant-client checks the server's version from a thread at start-up and warns when it cannot.
+@pytest.mark.filterwarnings("ignore:Failed to obtain server version")
+def test_an_unreachable_qdrant_server_costs_the_context_not_the_answer(
+    fake: FakeServer, start_proxy: Callable[..., str], tmp_path: Path
+) -> None:
+    """The server path (gRPC client) with nothing listening: the request goes on without context."""
+    data = config(fake, tmp_path)
+    data["retrieval"] = {"qdrant_url": f"http://127.0.0.1:{free_port()}", "timeout": 2,
+                         "embeddings_url": fake.base_url, "embeddings_model": "fake-model",
+                         "embeddings_dimensions": 3}
+    gateway = start_proxy(data)
+    started = time.monotonic()
+    answer = ask(gateway, "acme", "How long do I have to return an item?")
+    assert answer.status_code == 200 and answer.headers["x-prefixgate-passages"] == "error"
+    assert time.monotonic() - started < 5
+    assert fake.app.stats.last_body["messages"][1]["content"] == "How long do I have to return an item?"
+    assert 'prefixgate_retrieval_failures_total 1.0' in httpx.get(gateway + "/metrics").text
