@@ -79,7 +79,8 @@ class Retriever:
         else:
             embedder = await asyncio.to_thread(LocalMiniLM)  # seconds of loading, off the event loop
         store = VectorStore.open(dimensions=embedder.dimensions, path=config.qdrant_path(),
-                                 url=settings.qdrant_url, timeout=settings.timeout)
+                                 url=settings.qdrant_url, timeout=settings.timeout,
+                                 grpc_port=settings.qdrant_grpc_port)
         cache = None
         if settings.cache:
             cache = RetrievalCache(settings.cache_ttl_s, settings.cache_empty_ttl_s,

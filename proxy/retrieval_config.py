@@ -14,6 +14,7 @@ class RetrievalConfig(_Frozen):
     """Where chunks live and how text is embedded; tenants opt in with ``tenants.<name>.retrieval``."""
 
     qdrant_url: str | None = None  # a Qdrant server (gRPC preferred); default: embedded, under data_dir
+    qdrant_grpc_port: int = Field(6334, ge=1, le=65535)  # the server's gRPC port (qdrant_url names its REST port)
     qdrant_path: str | None = None  # embedded mode's folder; default: <data_dir>/qdrant
     timeout: float = Field(5.0, gt=0)
     embeddings_url: str | None = None  # an OpenAI-compatible /v1 base URL; default: MiniLM in-process

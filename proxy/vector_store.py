@@ -78,10 +78,15 @@ class VectorStore:
 
     @classmethod
     def open(cls, *, dimensions: int, path: Path | None = None, url: str | None = None,
-             timeout: float = 5.0) -> VectorStore:
-        """Local mode holds a file lock: one process at a time may open a folder."""
+             timeout: float = 5.0, grpc_port: int = 6334) -> VectorStore:
+        """Local mode holds a file lock: one process at a time may open a folder.
+
+        A server is reached over gRPC on ``grpc_port`` (the URL's port is its REST port, used by
+        qdrant-client for its start-up version check).
+        """
         if url:
-            return cls(AsyncQdrantClient(url=url, prefer_grpc=True, timeout=int(max(1, timeout))), dimensions)
+            client = AsyncQdrantClient(url=url, prefer_grpc=True, grpc_port=grpc_port, timeout=int(max(1, timeout)))
+            return cls(client, dimensions)
         assert path is not None
         path.mkdir(parents=True, exist_ok=True)
         return cls(_OffTheLoop(QdrantClient(path=str(path))), dimensions)

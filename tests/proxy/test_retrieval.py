@@ -254,7 +254,7 @@ def test_an_unreachable_qdrant_server_costs_the_context_not_the_answer(
 ) -> None:
     """The server path (gRPC client) with nothing listening: the request goes on without context."""
     data = config(fake, tmp_path)
-    data["retrieval"] = {"qdrant_url": f"http://127.0.0.1:{free_port()}", "timeout": 2,
+    data["retrieval"] = {"qdrant_url": f"http://127.0.0.1:{free_port()}", "qdrant_grpc_port": free_port(), "timeout": 2,
                          "embeddings_url": fake.base_url, "embeddings_model": "fake-model",
                          "embeddings_dimensions": 3}
     gateway = start_proxy(data)
