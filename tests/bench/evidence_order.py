@@ -37,6 +37,7 @@ from proxy.ingest import ingest  # noqa: E402
 from proxy.retrieval import estimated_tokens  # noqa: E402
 from proxy.vector_store import VectorStore  # noqa: E402
 from tests.bench.prefix_reuse import run_cell, start_engine_on_own_core, summarize  # noqa: E402
+from tests.bench.report import write_block  # noqa: E402
 from tests.support.corpus import DOCUMENTS, write_corpus  # noqa: E402
 
 SYSTEM = (
@@ -114,18 +115,6 @@ def markdown(results: list[dict[str, Any]], stats: dict[str, float], meta: dict[
     return "\n".join(lines)
 
 
-def write_docs(out: Path, table: str, command: str) -> None:
-    block = f"Command: `{command}`\n\n{table}"
-    text = out.read_text() if out.exists() else ""
-    start, end = "<!-- evidence_order:start -->", "<!-- evidence_order:end -->"
-    if start in text:
-        head, rest = text.split(start, 1)
-        text = head + start + "\n" + block + "\n" + end + rest.split(end, 1)[1]
-    else:
-        text += f"\n{start}\n{block}\n{end}\n"
-    out.write_text(text)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--wordings", type=int, default=4, choices=range(1, len(WORDINGS) + 1))
@@ -184,7 +173,8 @@ def main() -> None:
             "block_size": block_size}
     table = markdown(results, stats, meta)
     print(table)
-    write_docs(Path(args.out), table, " ".join(["python tests/bench/evidence_order.py", *sys.argv[1:]]))
+    command = " ".join(["python tests/bench/evidence_order.py", *sys.argv[1:]])
+    write_block(Path(args.out), "evidence_order", f"Command: `{command}`\n\n{table}")
 
 
 if __name__ == "__main__":

@@ -35,9 +35,12 @@ from statistics import median
 import httpx
 import yaml
 
-from proxy.engine import free_port
-
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from proxy.engine import free_port  # noqa: E402
+from tests.bench.report import replace_block  # noqa: E402
+
 TICKS = os.sysconf("SC_CLK_TCK")
 
 WRK_SCRIPT = """
@@ -267,15 +270,6 @@ def format_closed(row: dict) -> str:
     return " | ".join(parts)
 
 
-def _replace_block(text: str, name: str, block: str) -> str:
-    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-    block = f"{start}\n{block}\n{end}"
-    if start in text:
-        head, rest = text.split(start, 1)
-        return head + block + rest.split(end, 1)[1]
-    return text + ("\n" if text else "") + block + "\n"
-
-
 def write_report(path: Path, open_rows: list[dict], closed_rows: list[dict], args: argparse.Namespace) -> None:
     command = ("python tests/bench/overhead.py " + " ".join(sys.argv[1:])).strip()
     lines = [
@@ -303,7 +297,7 @@ def write_report(path: Path, open_rows: list[dict], closed_rows: list[dict], arg
                 f"| {t['errors'] + d['errors']} |"
             )
     text = path.read_text() if path.exists() else ""
-    text = _replace_block(text, "overhead", "\n".join(lines))
+    text = replace_block(text, "overhead", "\n".join(lines))
     lines = [
         f"Command: same run (wrk, {args.seconds} s per cell after 1 s of warm-up)",
         "",
@@ -321,7 +315,7 @@ def write_report(path: Path, open_rows: list[dict], closed_rows: list[dict], arg
                 f"| {d.p50_ms:.2f} / {d.p99_ms:.2f} | {name} | {t.rps:.0f} | {t.rps / d.rps:.2f} "
                 f"| {t.p50_ms - d.p50_ms:.2f} / {t.p99_ms - d.p99_ms:.2f} | {cpu:.3f} | {t.errors + d.errors} |"
             )
-    text = _replace_block(text, "overhead-closed", "\n".join(lines))
+    text = replace_block(text, "overhead-closed", "\n".join(lines))
     path.write_text(text)
     print(f"wrote {path}")
 

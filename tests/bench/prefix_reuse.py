@@ -46,6 +46,7 @@ from policies.prompt import PromptPolicy, rewrite_chat  # noqa: E402
 from proxy.auth import OPEN_TENANT  # noqa: E402
 from proxy.engine import LocalEngine, free_port  # noqa: E402
 from proxy.tiny_model import ensure_tiny_model  # noqa: E402
+from tests.bench.report import write_block  # noqa: E402
 from tests.support.metrics_text import sample_sum  # noqa: E402
 
 Body = dict[str, Any]
@@ -263,17 +264,6 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_docs(out: Path, table: str) -> None:
-    start, end = "<!-- prefix_reuse:start -->", "<!-- prefix_reuse:end -->"
-    text = out.read_text() if out.exists() else ""
-    block = f"{start}\n{table}\n\n![prefix reuse](prefix_reuse.png)\n{end}"
-    if start in text:
-        text = text[:text.index(start)] + block + text[text.index(end) + len(end):]
-    else:
-        text += f"\n## Prefix reuse on a real engine (issue 3)\n\n{block}\n"
-    out.write_text(text)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=100)
@@ -337,7 +327,7 @@ def main() -> None:
     out = Path(args.out)
     (out.parent / "prefix_reuse.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     plot(results, out.parent / "prefix_reuse.png")
-    write_docs(out, table)
+    write_block(out, "prefix_reuse", f"{table}\n\n![prefix reuse](prefix_reuse.png)")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from proxy.retrieval import Retriever, estimated_tokens
 from proxy.retrieval_cache import RetrievalCache, cache_key
 from proxy.retrieval_config import TenantRetrieval
 from proxy.vector_store import StoredChunk, VectorStore
+from tests.bench.report import write_block
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCTS = ["blender", "kettle", "toaster", "coffee grinder", "juicer", "rice cooker", "air fryer", "mixer"]
@@ -181,16 +182,8 @@ def main() -> None:
     lines = asyncio.run(main_async(args))
     command = "python tests/bench/retrieval.py " + " ".join(sys.argv[1:])
     block = "\n".join([f"Command: `{command.strip()}` (one run; MiniLM on the CPU, Qdrant local mode)", "", *lines])
-    path = Path(args.out)
-    text = path.read_text() if path.exists() else ""
-    start, end = "<!-- retrieval:start -->", "<!-- retrieval:end -->"
-    if start in text:
-        head, rest = text.split(start, 1)
-        text = head + start + "\n" + block + "\n" + end + rest.split(end, 1)[1]
-    else:
-        text += f"\n{start}\n{block}\n{end}\n"
-    path.write_text(text)
-    print(f"wrote {path}")
+    write_block(Path(args.out), "retrieval", block)
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
