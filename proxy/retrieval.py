@@ -122,13 +122,16 @@ class Retriever:
     async def _search_and_select(
         self, tenant: str, settings: TenantRetrieval, question: str, key: str | None = None,
     ) -> Retrieved:
+        """Embed, search and select; with ``key``, cache the result and end the run others may have joined."""
         try:
-            return await self._uncached(tenant, settings, question, key)
+            return await self._embed_search_select(tenant, settings, question, key)
         finally:
             if key is not None:
                 self._running.pop(key, None)
 
-    async def _uncached(self, tenant: str, settings: TenantRetrieval, question: str, key: str | None) -> Retrieved:
+    async def _embed_search_select(
+        self, tenant: str, settings: TenantRetrieval, question: str, key: str | None,
+    ) -> Retrieved:
         stages: dict[str, float] = {}
         started = perf_counter()
         try:

@@ -78,7 +78,7 @@ class TieredCache:
         return self.redis is not None and monotonic() >= self._redis_down_until
 
     def _redis_failed(self, action: str) -> None:
-        if self._redis_down_until == 0.0 or monotonic() >= self._redis_down_until:
+        if monotonic() >= self._redis_down_until:  # once per outage, not once per call in flight
             log.warning("redis %s failed; using the in-process cache alone for %.0f s", action, self.retry_s,
                         exc_info=True)
         self._redis_down_until = monotonic() + self.retry_s
