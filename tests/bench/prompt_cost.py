@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from policies.prompt import PromptPolicy, rewrite_chat
 from policies.stable_prefix import chat_pieces, shared_prefix
