@@ -1,8 +1,8 @@
-"""Which replica of a pool gets the next request.
+"""Which replica of a pool gets the next request when the prompt does not decide it.
 
-For now: the healthy replica with the fewest requests in flight, ties broken by rotating from
-``start`` so equal replicas share load. Prefix-affine choice (consistent hashing with bounded
-loads) replaces this in the routing work; the signature stays data in, index out.
+The healthy replica with the fewest requests in flight, ties broken by rotating from ``start`` so
+equal replicas share load. Used by pools with ``balance: least_loaded`` and for embeddings;
+prompts go by prefix (policies/affinity.py) by default.
 """
 
 from __future__ import annotations

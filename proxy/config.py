@@ -54,6 +54,12 @@ class UpstreamConfig(_Frozen):
     api_key: str | None = Field(None, repr=False)  # sent to the upstream, e.g. vLLM --api-key
     health_path: str = "/health"
     max_connections: int = Field(1024, ge=1)
+    # Replica choice: "prefix" sends prompts that start alike to the same replica (its prefix cache
+    # holds that start) while its in-flight load stays within load_bound x the mean; "least_loaded"
+    # ignores the prompt. affinity_chars: how much of the rendered prompt's start forms the key.
+    balance: Literal["prefix", "least_loaded"] = "prefix"
+    load_bound: float = Field(1.25, ge=1.0)
+    affinity_chars: int = Field(1024, ge=1)
 
     @field_validator("replicas")
     @classmethod

@@ -20,7 +20,7 @@ from policies.answer_cache import cacheable
 from policies.cache_salt import cache_salt
 from policies.evidence import question_of, render_evidence, with_evidence
 from policies.prompt import rewrite_chat
-from policies.stable_prefix import chat_pieces, completion_pieces
+from policies.stable_prefix import Pieces, chat_pieces, completion_pieces
 from policies.types import Endpoint, Rejection
 from policies.validate import validate_request
 from proxy.answer_store import send_stored_answer
@@ -102,6 +102,8 @@ class GenerationRoute:
             headers: list[tuple[bytes, bytes]] = []
             fallback: str | None = None  # evidence to answer with if the model cannot
             answer_key: str | None = None  # set when this answer is to be stored for exact repeats
+            pieces: Pieces | None = None  # the prompt as rendered, for the prefix meter and replica choice
+            salt: str | None = None
             if self.endpoint != "embeddings":
                 body, changed = view.body, False
                 if self.endpoint == "chat":
@@ -117,9 +119,11 @@ class GenerationRoute:
                         changed = changed or evidence is not None
                         if tenant.retrieval.fallback:
                             fallback = evidence
-                    gateway.prefix_meter.observe(tenant.name, chat_pieces(body), rewrite.moved)
+                    pieces = chat_pieces(body)
+                    gateway.prefix_meter.observe(tenant.name, pieces, rewrite.moved)
                 else:
-                    gateway.prefix_meter.observe(tenant.name, completion_pieces(body), 0)
+                    pieces = completion_pieces(body)
+                    gateway.prefix_meter.observe(tenant.name, pieces, 0)
                 salt = cache_salt(tenant.cache_mode, tenant.salt, body.get("cache_salt"))
                 if salt is not None and salt != body.get("cache_salt"):
                     if changed or "cache_salt" in body:
@@ -140,7 +144,10 @@ class GenerationRoute:
                     headers.append((b"x-prefixgate-answer-cache", b"miss"))
             pool = gateway.upstreams.pool_for(view.model, embeddings=self.endpoint == "embeddings")
             try:
-                replica = pool.pick()
+                key = None
+                if pieces is not None:  # the salt the engine sees: the tenant's, else the client's own
+                    key = pool.affinity_key(pieces, view.model, salt if salt is not None else body.get("cache_salt"))
+                replica = pool.pick(key)
             except OpenAIError:
                 if fallback is None:
                     raise

@@ -12,7 +12,9 @@ from typing import Any
 
 import orjson
 
+from policies.affinity import HashRing, bounded_choice, prefix_key
 from policies.replica import least_loaded
+from policies.stable_prefix import Pieces
 from proxy.config import Config, Timeouts, UpstreamConfig
 from proxy.errors import OpenAIError
 from proxy.transport import Transport, UpstreamError
@@ -65,6 +67,10 @@ class Pool:
             for url in config.replicas
         ]
         self._turn = itertools.count()
+        self._affine = config.balance == "prefix" and len(self.replicas) > 1
+        self._ring = HashRing([r.base_url for r in self.replicas])
+        self._load_bound = config.load_bound
+        self._affinity_chars = config.affinity_chars
 
     @property
     def catch_all(self) -> bool:
@@ -74,13 +80,20 @@ class Pool:
     def serves(self, model: str) -> bool:
         return model in self.declared_models or model in self.discovered_models
 
-    def pick(self) -> Replica:
+    def affinity_key(self, pieces: Pieces, model: str, salt: str | None) -> int | None:
+        """The prompt's key on this pool's ring; None where the pool does not balance by prefix."""
+        return prefix_key(pieces, model, salt, self._affinity_chars) if self._affine else None
+
+    def pick(self, key: int | None = None) -> Replica:
+        """The replica for a request: by prefix ``key`` under the load bound, else the least loaded."""
         replicas = self.replicas
         if len(replicas) == 1 and replicas[0].healthy:
             return replicas[0]
-        index = least_loaded(
-            [r.in_flight for r in replicas], [r.healthy for r in replicas], next(self._turn)
-        )
+        in_flight, healthy = [r.in_flight for r in replicas], [r.healthy for r in replicas]
+        if key is None:
+            index = least_loaded(in_flight, healthy, next(self._turn))
+        else:
+            index = bounded_choice(self._ring, key, in_flight, healthy, self._load_bound)
         if index is None:
             raise OpenAIError(
                 503, f"No healthy replica in pool '{self.name}'.", code="no_healthy_upstream",

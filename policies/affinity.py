@@ -1,0 +1,87 @@
+"""Prefix-affine replica choice: consistent hashing with bounded loads.
+
+Requests whose prompts start alike should land on the same engine, whose prefix cache already holds
+that start; spreading them round-robin makes every replica prefill the same prefix. The key is a
+hash of the prompt's first characters (with the model and the tenant's cache salt, since an engine
+never shares blocks across salts), placed on a ring of replica points. Every gateway process builds
+the same ring from the same replica URLs, so all of them pick the same engine for a prefix with no
+shared state.
+
+A hot prefix must not pile onto one engine: a replica is taken only while its load after taking the
+request stays within ``bound`` times the mean (Mirrokni, Thorup and Zadimoghaddam, "Consistent
+Hashing with Bounded Loads", 2018); otherwise the walk goes on clockwise to the next replica, which
+is the same "second choice" in every process.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterator, Sequence
+from hashlib import blake2b
+
+from policies.stable_prefix import Pieces
+
+POINTS_PER_REPLICA = 64  # enough for an even split of keys over a handful of replicas
+
+
+def _hash64(data: bytes) -> int:
+    """A process-independent 64-bit hash (Python's hash() of str is salted per process)."""
+    return int.from_bytes(blake2b(data, digest_size=8).digest(), "big")
+
+
+def prefix_key(pieces: Pieces, model: str, salt: str | None, chars: int) -> int:
+    """Hash of the model, the cache salt and the first ``chars`` characters of the rendered prompt."""
+    head: list[str] = []
+    left = chars
+    for piece in pieces:
+        if len(piece) >= left:
+            head.append(piece[:left])
+            break
+        head.append(piece)
+        left -= len(piece)
+    return _hash64("\x00".join((model, salt or "", "".join(head))).encode("utf-8", "surrogatepass"))
+
+
+class HashRing:
+    """Points of each replica on a 64-bit ring; built once per pool from its replica names."""
+
+    __slots__ = ("_indexes", "_points", "size")
+
+    def __init__(self, names: Sequence[str], points_per_replica: int = POINTS_PER_REPLICA) -> None:
+        ring = sorted((_hash64(f"{name}#{n}".encode()), index)
+                      for index, name in enumerate(names) for n in range(points_per_replica))
+        self._points = [point for point, _ in ring]
+        self._indexes = [index for _, index in ring]
+        self.size = len(names)
+
+    def walk(self, key: int) -> Iterator[int]:
+        """Replica indexes clockwise from ``key``, each once."""
+        seen: set[int] = set()
+        start = bisect.bisect_left(self._points, key)
+        count = len(self._points)
+        for offset in range(count):
+            index = self._indexes[(start + offset) % count]
+            if index not in seen:
+                seen.add(index)
+                yield index
+                if len(seen) == self.size:
+                    return
+
+
+def bounded_choice(ring: HashRing, key: int, in_flight: Sequence[int], healthy: Sequence[bool],
+                   bound: float) -> int | None:
+    """The first healthy replica clockwise from ``key`` whose load stays within ``bound`` x the mean.
+
+    Loads count this request: a replica may hold ceil(bound * (in flight + 1) / healthy replicas).
+    None when no replica is healthy.
+    """
+    live = [index for index in range(ring.size) if healthy[index]]
+    if not live:
+        return None
+    capacity = math.ceil(bound * (sum(in_flight[index] for index in live) + 1) / len(live))
+    for index in ring.walk(key):
+        if healthy[index] and in_flight[index] + 1 <= capacity:
+            return index
+    # Not reached for bound >= 1: the least loaded live replica holds at most the mean, so fits.
+    return min(live, key=in_flight.__getitem__)

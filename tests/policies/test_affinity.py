@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+import math
+import os
+import random
+import subprocess
+import sys
+from collections import Counter
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from policies.affinity import HashRing, bounded_choice, prefix_key
+
+REPLICAS = [f"http://10.0.0.{n}:8000/v1" for n in range(1, 5)]
+SYSTEM = ("You are the ACME support agent. " * 40,)  # ~1,300 characters
+
+
+def _key(*pieces: str, model: str = "m", salt: str | None = "s", chars: int = 1024) -> int:
+    return prefix_key(pieces, model, salt, chars)
+
+
+def test_key_depends_on_the_prompt_start_only() -> None:
+    base = _key(*SYSTEM, "<user>", "Where is order 1?")
+    assert _key(*SYSTEM, "<user>", "Where is order 2?") == base  # differs past the first 1,024 chars
+    assert _key("You are ACME's agent.", "<user>", "Where is order 1?") != base
+    assert _key(*SYSTEM, "<user>", "Where is order 2?", chars=2048) != _key(*SYSTEM, "<user>", "Where is order 1?",
+                                                                          chars=2048)
+
+
+def test_key_separates_models_and_cache_salts() -> None:
+    base = _key(*SYSTEM)
+    assert _key(*SYSTEM, model="other") != base
+    assert _key(*SYSTEM, salt="tenant-b") != base
+    assert _key(*SYSTEM, salt=None) != base
+
+
+def test_key_sees_piece_boundaries_within_the_window() -> None:
+    assert _key("ab", "c") == _key("a", "bc")  # the rendered text is what the engine caches
+    assert _key("short prompt") == _key("short prompt")
+
+
+def test_ring_and_key_are_the_same_in_another_process() -> None:
+    """Independent gateway processes (each with its own str-hash seed) pick the same replica."""
+    script = ("from policies.affinity import HashRing, bounded_choice, prefix_key\n"
+              f"ring = HashRing({REPLICAS!r})\n"
+              "for n in range(50):\n"
+              "    key = prefix_key(('system ' * n, '<user>', 'hi'), 'm', 'salt', 1024)\n"
+              "    print(bounded_choice(ring, key, [0, 0, 0, 0], [True] * 4, 1.25))\n")
+    picks = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+        picks.append(out.stdout.split())
+    ring = HashRing(REPLICAS)
+    here = [str(bounded_choice(ring, prefix_key(("system " * n, "<user>", "hi"), "m", "salt", 1024),
+                               [0, 0, 0, 0], [True] * 4, 1.25)) for n in range(50)]
+    assert picks[0] == picks[1] == here
+    assert len(set(here)) == 4  # and the 50 prefixes spread over all replicas
+
+
+def test_keys_spread_evenly_over_replicas() -> None:
+    ring = HashRing(REPLICAS)
+    rng = random.Random(1)
+    counts = Counter(next(ring.walk(rng.getrandbits(64))) for _ in range(20_000))
+    assert sorted(counts) == [0, 1, 2, 3]
+    assert all(0.15 < count / 20_000 < 0.35 for count in counts.values()), counts
+
+
+def test_a_hot_prefix_spills_only_past_the_load_bound() -> None:
+    """One prefix, requests arriving and never finishing: the home replica takes them until it holds
+    1.25x the mean, then the next replica on the ring, and so on."""
+    ring = HashRing(REPLICAS)
+    key = _key(*SYSTEM)
+    home = next(ring.walk(key))
+    loads = [0, 0, 0, 0]
+    for request in range(1, 401):
+        index = bounded_choice(ring, key, loads, [True] * 4, 1.25)
+        assert index is not None
+        loads[index] += 1
+        assert max(loads) <= math.ceil(1.25 * request / 4)
+    assert loads[home] == max(loads)
+    assert max(loads) / (sum(loads) / 4) <= 1.26
+
+
+def test_light_load_keeps_every_request_of_a_prefix_home() -> None:
+    ring = HashRing(REPLICAS)
+    key = _key(*SYSTEM)
+    home = next(ring.walk(key))
+    loads = [2, 2, 2, 2]
+    assert all(bounded_choice(ring, key, loads, [True] * 4, 1.25) == home for _ in range(10))
+
+
+def test_unhealthy_replicas_are_skipped_and_only_their_keys_move() -> None:
+    ring = HashRing(REPLICAS)
+    rng = random.Random(2)
+    keys = [rng.getrandbits(64) for _ in range(2_000)]
+    before = [bounded_choice(ring, k, [0] * 4, [True] * 4, 1.25) for k in keys]
+    after = [bounded_choice(ring, k, [0] * 4, [True, False, True, True], 1.25) for k in keys]
+    assert 1 not in after
+    moved = [(b, a) for b, a in zip(before, after, strict=True) if b != a]
+    assert moved and all(b == 1 for b, _ in moved)  # keys homed elsewhere stay where they were
+    assert bounded_choice(ring, keys[0], [0] * 4, [False] * 4, 1.25) is None
+
+
+@given(
+    loads=st.lists(st.integers(0, 50), min_size=1, max_size=6),
+    health=st.lists(st.booleans(), min_size=6, max_size=6),
+    key=st.integers(0, 2**64 - 1),
+    bound=st.floats(1.0, 3.0),
+)
+def test_choice_is_healthy_and_within_capacity(loads: list[int], health: list[bool], key: int, bound: float) -> None:
+    healthy = health[: len(loads)]
+    ring = HashRing([f"r{n}" for n in range(len(loads))])
+    index = bounded_choice(ring, key, loads, healthy, bound)
+    live = [n for n in range(len(loads)) if healthy[n]]
+    if not live:
+        assert index is None
+        return
+    assert index is not None and healthy[index]
+    assert loads[index] + 1 <= math.ceil(bound * (sum(loads[n] for n in live) + 1) / len(live))

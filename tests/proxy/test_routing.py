@@ -1,0 +1,125 @@
+"""Replica choice inside a pool, seen from the replicas: which one got each request."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.conftest import FakeServer, pool
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.servers import free_port, serve_in_thread
+
+PROMPTS = [f"You are assistant number {n} of ACME. " + "Follow the house rules and cite sources. " * 30
+           for n in range(8)]
+
+
+@pytest.fixture
+def replicas() -> Iterator[list[FakeServer]]:
+    with ExitStack() as stack:
+        fakes = [FakeUpstream() for _ in range(2)]
+        yield [FakeServer(stack.enter_context(serve_in_thread(app)), app) for app in fakes]
+
+
+def _ask(proxy: str, system: str, question: str) -> None:
+    body = {"model": "fake-model", "max_tokens": 2, "messages": [
+        {"role": "system", "content": system}, {"role": "user", "content": question}]}
+    response = httpx.post(proxy + "/v1/chat/completions", json=body, timeout=10)
+    assert response.status_code == 200, response.text
+
+
+def _served_by(replicas: list[FakeServer], question: str) -> int:
+    """Index of the replica that received the request whose user message is ``question``."""
+    hits = [index for index, fake in enumerate(replicas)
+            if any(b["messages"][-1]["content"] == question for b in fake.app.stats.recent_bodies)]
+    assert len(hits) == 1, hits
+    return hits[0]
+
+
+def _placement(proxies: list[str], replicas: list[FakeServer]) -> dict[int, set[int]]:
+    """Prompt number -> replicas its requests reached, 6 questions per prompt, spread over ``proxies``."""
+    placed: dict[int, set[int]] = {}
+    for number, system in enumerate(PROMPTS):
+        for turn in range(6):
+            question = f"prompt {number} question {turn}: where is order {turn * 37}?"
+            _ask(proxies[turn % len(proxies)], system, question)
+            placed.setdefault(number, set()).add(_served_by(replicas, question))
+    return placed
+
+
+def test_prompts_that_start_alike_go_to_one_replica(start_proxy: Callable[..., str],
+                                                    replicas: list[FakeServer]) -> None:
+    proxy = start_proxy({"pools": [pool("p", *(r.base_url for r in replicas))]})
+    placed = _placement([proxy], replicas)
+    assert all(len(homes) == 1 for homes in placed.values()), placed
+    assert {home for homes in placed.values() for home in homes} == {0, 1}  # and the prompts share the pool
+
+
+def test_least_loaded_spreads_each_prompt_over_the_replicas(start_proxy: Callable[..., str],
+                                                            replicas: list[FakeServer]) -> None:
+    proxy = start_proxy({"pools": [pool("p", *(r.base_url for r in replicas), balance="least_loaded")]})
+    placed = _placement([proxy], replicas)
+    assert all(homes == {0, 1} for homes in placed.values()), placed
+
+
+def _serve(config: dict, workdir: Path, seed: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    path = workdir / f"prefixgate-{seed}.yaml"
+    path.write_text(yaml.safe_dump({**config, "server": {"port": port}, "data_dir": str(workdir)}))
+    process = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)],
+                               env={**os.environ, "PYTHONHASHSEED": seed}, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    return process, f"http://127.0.0.1:{port}"
+
+
+def test_independent_gateway_processes_pick_the_same_replica(tmp_path: Path, replicas: list[FakeServer]) -> None:
+    """Two prefixgate processes share no state, yet send each prompt's requests to the same engine."""
+    config = {"pools": [pool("p", *(r.base_url for r in replicas))]}
+    started = [_serve(config, tmp_path, seed) for seed in ("11", "22")]
+    try:
+        deadline = time.monotonic() + 60
+        for process, origin in started:
+            while True:
+                assert process.poll() is None, "prefixgate serve exited"
+                try:
+                    if httpx.get(origin + "/ready", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "prefixgate serve did not become ready"
+                time.sleep(0.2)
+        placed = _placement([origin for _, origin in started], replicas)  # alternating between the two
+        assert all(len(homes) == 1 for homes in placed.values()), placed
+    finally:
+        for process, _ in started:
+            process.terminate()
+            process.wait(30)
+
+
+def test_a_hot_prompt_spills_to_the_next_replica_past_the_load_bound(start_proxy: Callable[..., str],
+                                                                      replicas: list[FakeServer]) -> None:
+    """Ten overlapping requests with one prompt: its home replica takes them while it holds at most
+    1.25x the mean in flight (ceil(1.25 * 10 / 2) = 7 at the end), the other replica the rest."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    proxy = start_proxy({"pools": [pool("p", *(r.base_url for r in replicas))]})
+
+    def ask(turn: int) -> int:
+        question = f"hot question {turn}"
+        body = {"model": "fake-model", "max_tokens": 2, "fake_delay_ms": 400, "messages": [
+            {"role": "system", "content": PROMPTS[0]}, {"role": "user", "content": question}]}
+        assert httpx.post(proxy + "/v1/chat/completions", json=body, timeout=10).status_code == 200
+        return _served_by(replicas, question)
+
+    with ThreadPoolExecutor(10) as pool_of_threads:
+        served = list(pool_of_threads.map(ask, range(10)))
+    counts = [served.count(0), served.count(1)]
+    assert min(counts) >= 3 and max(counts) <= 7, counts
