@@ -39,6 +39,18 @@ class Timeouts(_Frozen):
     total: float = Field(900.0, gt=0)
 
 
+class HealthChecks(_Frozen):
+    """Active checks (GET health_path every ``interval`` seconds; 0: off) and passive ejection: a
+    replica that fails ``eject_after`` exchanges in a row, or one check, sits out ``backoff`` seconds,
+    doubling per repeat up to ``max_backoff``, then takes one request at a time until one succeeds."""
+
+    interval: float = Field(5.0, ge=0)
+    timeout: float = Field(2.0, gt=0)
+    eject_after: int = Field(3, ge=1)
+    backoff: float = Field(1.0, gt=0)
+    max_backoff: float = Field(30.0, gt=0)
+
+
 def _check_base_url(url: str) -> str:
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"'{url}' is not an http(s) base URL such as http://127.0.0.1:8000/v1")
@@ -53,6 +65,7 @@ class UpstreamConfig(_Frozen):
     timeouts: Timeouts = Timeouts()
     api_key: str | None = Field(None, repr=False)  # sent to the upstream, e.g. vLLM --api-key
     health_path: str = "/health"
+    health: HealthChecks = HealthChecks()
     max_connections: int = Field(1024, ge=1)
     # Replica choice: "prefix" sends prompts that start alike to the same replica (its prefix cache
     # holds that start) while its in-flight load stays within load_bound x the mean; "least_loaded"

@@ -47,6 +47,7 @@ class Gateway:
     async def start(cls, config: Config, metrics: Metrics) -> Gateway:
         upstreams = Upstreams(config)
         await upstreams.discover()
+        upstreams.start_checks()
         retriever = await Retriever.start(config, metrics) if config.wants_retrieval else None
         tenants = tenant_policies(config)
         wants_answers = any(t.answer_ttl for t in tenants.values())

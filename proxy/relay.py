@@ -95,6 +95,10 @@ class UpstreamCall:
         try:
             async with asyncio.timeout_at(now + min(timeouts.first_byte, timeouts.total)) as deadline:
                 reply = await self.replica.transport.post(self.url, self.body)
+                if reply.status >= 500:
+                    self.replica.failed()
+                else:
+                    self.replica.succeeded()
                 streaming = self.stream and reply.status == 200
                 first = await reply.next_chunk() if streaming else b""
                 waiting = False
@@ -110,6 +114,8 @@ class UpstreamCall:
             else:
                 error = UpstreamTimeout("no first byte in time" if waiting else "total timeout")
             self.metrics.upstream_error(self.pool.name, error.kind)
+            if error.kind != "timeout":  # slow is load, not ill health; active checks catch a hung replica
+                self.replica.failed()
             watch.finished = True
             if self.status == CLIENT_CLOSED and self.fallback is not None and error.kind in ("timeout", "connect"):
                 self.status = 200

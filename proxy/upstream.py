@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
+import math
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
 
 from policies.affinity import HashRing, bounded_choice, prefix_key
+from policies.health import HEALTHY, EjectionRules, HealthState, after_failure, after_success, usable
 from policies.replica import least_loaded
 from policies.stable_prefix import Pieces
 from proxy.config import Config, Timeouts, UpstreamConfig
@@ -20,6 +24,8 @@ from proxy.errors import OpenAIError
 from proxy.transport import Transport, UpstreamError
 from proxy.transport_aiohttp import AiohttpTransport
 from proxy.transport_httpx import HttpxTransport
+
+log = logging.getLogger("prefixgate")
 
 TRANSPORTS: dict[str, Callable[..., Transport]] = {"aiohttp": AiohttpTransport, "httpx": HttpxTransport}
 
@@ -33,15 +39,32 @@ def _origin(base_url: str) -> str:
 
 
 class Replica:
-    __slots__ = ("base_url", "health_url", "healthy", "in_flight", "origin", "transport")
+    __slots__ = ("base_url", "health", "health_url", "in_flight", "origin", "pool", "rules", "transport")
 
-    def __init__(self, base_url: str, transport: Transport, health_path: str) -> None:
+    def __init__(self, base_url: str, transport: Transport, health_path: str, rules: EjectionRules,
+                 pool: str = "") -> None:
         self.base_url = base_url
         self.origin = _origin(base_url)
         self.health_url = self.origin + health_path
         self.transport = transport
         self.in_flight = 0
-        self.healthy = True
+        self.health: HealthState = HEALTHY
+        self.rules = rules
+        self.pool = pool
+
+    def succeeded(self) -> None:
+        if self.health is not HEALTHY:
+            if self.health.tripped:
+                log.info("replica %s of pool '%s' is back", self.base_url, self.pool)
+            self.health = after_success(self.health)
+
+    def failed(self, *, at_once: bool = False) -> None:
+        """A failed exchange (or, ``at_once``, a failed health check): may eject the replica."""
+        before = self.health
+        self.health = after_failure(before, time.monotonic(), self.rules, at_once=at_once)
+        if self.health.ejected_until != before.ejected_until:
+            log.warning("replica %s of pool '%s' ejected for %.0f s after %d failure(s) in a row",
+                        self.base_url, self.pool, self.health.backoff, self.health.failures)
 
 
 class Pool:
@@ -51,6 +74,8 @@ class Pool:
             headers["Authorization"] = f"Bearer {config.api_key}"
         self.name = name
         self.timeouts: Timeouts = config.timeouts
+        self.checks = config.health
+        rules = EjectionRules(config.health.eject_after, config.health.backoff, config.health.max_backoff)
         self.declared_models = frozenset(config.models)
         self.discovered_models: frozenset[str] = frozenset()
         self.replicas = [
@@ -63,6 +88,8 @@ class Pool:
                     keepalive=KEEPALIVE_SECONDS,
                 ),
                 config.health_path,
+                rules,
+                name,
             )
             for url in config.replicas
         ]
@@ -87,17 +114,20 @@ class Pool:
     def pick(self, key: int | None = None) -> Replica:
         """The replica for a request: by prefix ``key`` under the load bound, else the least loaded."""
         replicas = self.replicas
-        if len(replicas) == 1 and replicas[0].healthy:
+        if len(replicas) == 1 and not replicas[0].health.tripped:
             return replicas[0]
-        in_flight, healthy = [r.in_flight for r in replicas], [r.healthy for r in replicas]
+        now = time.monotonic()
+        in_flight = [r.in_flight for r in replicas]
+        healthy = [usable(r.health, now, r.in_flight) for r in replicas]
         if key is None:
             index = least_loaded(in_flight, healthy, next(self._turn))
         else:
             index = bounded_choice(self._ring, key, in_flight, healthy, self._load_bound)
         if index is None:
+            back = min(r.health.ejected_until for r in replicas) - now  # the first to turn half-open
             raise OpenAIError(
                 503, f"No healthy replica in pool '{self.name}'.", code="no_healthy_upstream",
-                headers={"Retry-After": "1"},
+                headers={"Retry-After": str(max(1, math.ceil(back)))},
             )
         return replicas[index]
 
@@ -124,17 +154,28 @@ class Pool:
         return list(cards.values())
 
     async def probe(self, timeout: float) -> dict[str, bool]:
-        """GET each replica's health URL: base URL -> answered 200."""
+        """GET each replica's health URL: base URL -> answered 200. A failed check ejects the replica,
+        a passed one brings it back."""
 
         async def one(replica: Replica) -> bool:
             try:
                 status, _ = await replica.transport.get(replica.health_url, timeout)
             except UpstreamError:
-                return False
-            return status == 200
+                status = 0
+            if status == 200:
+                replica.succeeded()
+                return True
+            replica.failed(at_once=True)
+            return False
 
         results = await asyncio.gather(*(one(r) for r in self.replicas))
         return {r.base_url: ok for r, ok in zip(self.replicas, results, strict=True)}
+
+    async def check_forever(self) -> None:
+        """Active health checks every ``health.interval`` seconds, until cancelled."""
+        while True:
+            await asyncio.sleep(self.checks.interval)
+            await self.probe(self.checks.timeout)
 
     async def aclose(self) -> None:
         await asyncio.gather(*(r.transport.aclose() for r in self.replicas))
@@ -148,6 +189,12 @@ class Upstreams:
         self.pools = [Pool(p.name, p, client) for p in config.pools]
         self.embeddings = Pool("embeddings", config.embeddings, client) if config.embeddings else None
         self._lookup_timeout = config.server.ready_timeout
+        self._checks: list[asyncio.Task[None]] = []
+
+    def start_checks(self) -> None:
+        """Active health checks for the pools of several replicas that ask for them."""
+        self._checks = [asyncio.get_running_loop().create_task(pool.check_forever(), name=f"health {pool.name}")
+                        for pool in self.pools if pool.checks.interval > 0 and len(pool.replicas) > 1]
 
     def _all(self) -> Iterable[Pool]:
         yield from self.pools
@@ -188,5 +235,8 @@ class Upstreams:
         return {url: ok for m in maps for url, ok in m.items()}
 
     async def aclose(self) -> None:
+        for task in self._checks:
+            task.cancel()
+        await asyncio.gather(*self._checks, return_exceptions=True)
         await asyncio.gather(*(p.aclose() for p in self._all()))
 

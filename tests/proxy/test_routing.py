@@ -123,3 +123,51 @@ def test_a_hot_prompt_spills_to_the_next_replica_past_the_load_bound(start_proxy
         served = list(pool_of_threads.map(ask, range(10)))
     counts = [served.count(0), served.count(1)]
     assert min(counts) >= 3 and max(counts) <= 7, counts
+
+
+def _chat(proxy: str, question: str) -> httpx.Response:
+    body = {"model": "fake-model", "max_tokens": 2, "messages": [{"role": "user", "content": question}]}
+    return httpx.post(proxy + "/v1/chat/completions", json=body, timeout=10)
+
+
+def test_a_dead_replica_is_ejected_after_consecutive_failures(start_proxy: Callable[..., str]) -> None:
+    """Passive ejection only (no active checks): the dead replica costs at most eject_after failed
+    requests, then every request goes to the live one; back at the same address, it takes requests again."""
+    live, dying = FakeUpstream(), FakeUpstream()
+    port = free_port()
+    with serve_in_thread(live) as live_url:
+        with serve_in_thread(dying, port=port) as dying_url:
+            proxy = start_proxy({"pools": [pool("p", live_url + "/v1", dying_url + "/v1", balance="least_loaded",
+                                                health={"interval": 0, "eject_after": 2, "backoff": 1.0})]})
+            assert all(_chat(proxy, f"warm {n}").status_code == 200 for n in range(4))
+            assert dying.stats.completed == 2
+        statuses = [_chat(proxy, f"after {n}").status_code for n in range(20)]
+        assert statuses.count(502) <= 2 and all(s == 200 for s in statuses[4:]), statuses
+        assert live.stats.completed == 2 + statuses.count(200)
+        with serve_in_thread(dying, port=port):  # the replica comes back
+            time.sleep(1.2)  # its back-off runs out; the next request is its half-open probe
+            assert all(_chat(proxy, f"back {n}").status_code == 200 for n in range(6))
+            assert dying.stats.completed > 2
+
+
+def test_active_checks_eject_a_dead_replica_before_any_request_fails(start_proxy: Callable[..., str]) -> None:
+    live, dying = FakeUpstream(), FakeUpstream()
+    with serve_in_thread(live) as live_url:
+        with serve_in_thread(dying) as dying_url:
+            proxy = start_proxy({"pools": [pool("p", live_url + "/v1", dying_url + "/v1", balance="least_loaded",
+                                                health={"interval": 0.1, "backoff": 5.0})]})
+            assert _chat(proxy, "warm").status_code == 200
+        time.sleep(0.5)  # a few check rounds
+        assert [_chat(proxy, f"after {n}").status_code for n in range(10)] == [200] * 10
+
+
+def test_no_usable_replica_answers_503_at_once_with_retry_after(start_proxy: Callable[..., str]) -> None:
+    dead = [f"http://127.0.0.1:{free_port()}/v1" for _ in range(2)]
+    proxy = start_proxy({"pools": [pool("p", *dead, health={"interval": 0, "eject_after": 1, "backoff": 3.0})]})
+    assert [_chat(proxy, f"q{n}").status_code for n in range(2)] == [502, 502]  # each replica fails once
+    started = time.monotonic()
+    response = _chat(proxy, "q3")
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "no_healthy_upstream"
+    assert 1 <= int(response.headers["retry-after"]) <= 3
+    assert time.monotonic() - started < 0.5  # no connection attempt made
