@@ -247,6 +247,23 @@ def test_an_unreachable_model_is_an_error_unless_the_tenant_asked_for_the_fallba
         assert "weekdays" in answer.json()["choices"][0]["message"]["content"]
 
 
+@pytest.mark.parametrize(("fallback", "status"), [(False, 503), (True, 200)])
+def test_with_every_replica_ejected_the_passages_answer_at_once(
+    fake: FakeServer, start_proxy: Callable[..., str], corpus: Path, fallback: bool, status: int
+) -> None:
+    data = config(fake, corpus, fallback=fallback)
+    data["pools"] = [pool("p", "http://127.0.0.1:9/v1", models=["fake-model"],
+                          health={"eject_after": 1, "backoff": 30})]
+    gateway = start_proxy(data)
+    ask(gateway, "globex", "When is support open?")  # the failure that ejects the only replica
+    answer = ask(gateway, "globex", "Where do returns go?")
+    assert answer.status_code == status
+    if fallback:
+        assert answer.headers["x-prefixgate-degraded"] == "no_healthy_upstream"
+    else:
+        assert answer.json()["error"]["code"] == "no_healthy_upstream"
+
+
 # qdrant-client checks the server's version from a thread at start-up and warns when it cannot.
 @pytest.mark.filterwarnings("ignore:Failed to obtain server version")
 def test_an_unreachable_qdrant_server_costs_the_context_not_the_answer(
