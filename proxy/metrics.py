@@ -34,6 +34,10 @@ class Metrics:
             "prefixgate_upstream_errors", "Failed upstream exchanges, by pool and kind.",
             ["pool", "kind"], registry=self.registry,
         )
+        self._upstream_retries = Counter(
+            "prefixgate_upstream_retries", "Requests tried again on another replica, by pool.",
+            ["pool"], registry=self.registry,
+        )
         self._stable_tokens = Histogram(
             "prefixgate_stable_prefix_tokens",
             "Estimated tokens (4 characters each) at the start of a prompt, after the rewrite, that equal "
@@ -117,6 +121,9 @@ class Metrics:
 
     def upstream_error(self, pool: str, kind: str) -> None:
         self._upstream_errors.labels(pool, kind).inc()
+
+    def upstream_retry(self, pool: str) -> None:
+        self._upstream_retries.labels(pool).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

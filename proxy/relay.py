@@ -15,6 +15,7 @@ import orjson
 from starlette.types import Receive, Scope, Send
 
 from policies.answer_cache import completion_from_stream
+from policies.retry import retryable, within_budget
 from proxy.answer_store import AnswerStore, storable
 from proxy.disconnect import DisconnectWatch
 from proxy.errors import OpenAIError, sse_error_event
@@ -23,6 +24,7 @@ from proxy.metrics import Metrics
 from proxy.transport import Reply, UpstreamBroken, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from proxy.upstream import Pool, Replica
 
+MIN_RETRY_CONCURRENCY = 3  # retries a pool may run at once however few requests it has
 CLIENT_CLOSED = 499  # nginx's code for "client closed the request", used in metrics only
 _DONE = b"data: [DONE]"
 _SSE_HEADERS = [
@@ -46,8 +48,8 @@ def _failure(error: UpstreamError, pool: Pool) -> OpenAIError:
 class UpstreamCall:
     """An ASGI response that performs the upstream exchange when Starlette sends it."""
 
-    __slots__ = ("answer_key", "answer_ttl", "answers", "body", "fallback", "headers", "metrics", "model", "pool",
-                 "replica", "route", "started", "status", "stream", "url")
+    __slots__ = ("answer_key", "answer_ttl", "answers", "body", "fallback", "headers", "metrics", "model", "path",
+                 "pool", "replica", "route", "started", "status", "stream", "url")
 
     def __init__(
         self, *, pool: Pool, replica: Replica, path: str, body: bytes, stream: bool,
@@ -57,6 +59,7 @@ class UpstreamCall:
     ) -> None:
         self.pool = pool
         self.replica = replica
+        self.path = path
         self.url = replica.base_url + path
         self.body = body
         self.stream = stream
@@ -72,8 +75,7 @@ class UpstreamCall:
         self.status = CLIENT_CLOSED
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        replica = self.replica
-        replica.in_flight += 1
+        self.replica.in_flight += 1
         watch = DisconnectWatch(receive)
         try:
             async with watch:
@@ -83,7 +85,7 @@ class UpstreamCall:
         finally:
             if watch.gone:
                 self.status = CLIENT_CLOSED
-            replica.in_flight -= 1
+            self.replica.in_flight -= 1  # the replica that took it last, after any retry
             self.metrics.observe_request(self.route, self.status, perf_counter() - self.started)
 
     async def _exchange(self, send: Send, watch: DisconnectWatch) -> None:
@@ -94,11 +96,7 @@ class UpstreamCall:
         now = asyncio.get_running_loop().time()
         try:
             async with asyncio.timeout_at(now + min(timeouts.first_byte, timeouts.total)) as deadline:
-                reply = await self.replica.transport.post(self.url, self.body)
-                if reply.status >= 500:
-                    self.replica.failed()
-                else:
-                    self.replica.succeeded()
+                reply = await self._post()
                 streaming = self.stream and reply.status == 200
                 first = await reply.next_chunk() if streaming else b""
                 waiting = False
@@ -114,7 +112,8 @@ class UpstreamCall:
             else:
                 error = UpstreamTimeout("no first byte in time" if waiting else "total timeout")
             self.metrics.upstream_error(self.pool.name, error.kind)
-            if error.kind != "timeout":  # slow is load, not ill health; active checks catch a hung replica
+            # Slow is load, not ill health (active checks catch a hung replica); _post counted refusals.
+            if error.kind not in ("timeout", "connect"):
                 self.replica.failed()
             watch.finished = True
             if self.status == CLIENT_CLOSED and self.fallback is not None and error.kind in ("timeout", "connect"):
@@ -133,6 +132,53 @@ class UpstreamCall:
         finally:
             if reply is not None:
                 await reply.close(abort=not complete)
+
+    async def _post(self) -> Reply:
+        """Send the request; a refused connection or a 502/503 goes once more to another replica
+        (see policies/retry.py), since the client has seen nothing yet."""
+        pool = self.pool
+        attempt = 0
+        try:
+            while True:
+                replica = self.replica
+                try:
+                    reply = await replica.transport.post(self.url, self.body)
+                except UpstreamUnreachable:
+                    replica.failed()
+                    if not self._retry_elsewhere(attempt, connect_failed=True, status=0):
+                        raise
+                else:
+                    if reply.status < 500:
+                        replica.succeeded()
+                        return reply
+                    replica.failed()
+                    if not self._retry_elsewhere(attempt, connect_failed=False, status=reply.status):
+                        return reply
+                    await reply.close(abort=True)
+                if attempt == 0:
+                    pool.retrying += 1
+                attempt += 1
+        finally:
+            if attempt:
+                pool.retrying -= 1
+
+    def _retry_elsewhere(self, attempt: int, *, connect_failed: bool, status: int) -> bool:
+        """Move this request to another replica if the failure, the budget and the pool allow it."""
+        pool = self.pool
+        if not retryable(connect_failed=connect_failed, status=status, attempt=attempt, attempts=pool.retries):
+            return False
+        if attempt == 0 and not within_budget(pool.retrying, pool.in_flight(), pool.retry_budget,
+                                              MIN_RETRY_CONCURRENCY):
+            return False
+        other = pool.alternate(self.replica)
+        if other is None:
+            return False
+        self.replica.in_flight -= 1
+        other.in_flight += 1
+        self.replica = other
+        self.url = other.base_url + self.path
+        self.metrics.upstream_retry(pool.name)
+        return True
 
     async def _store(self, completion: dict | None) -> None:
         if completion is not None and storable(completion):

@@ -94,6 +94,9 @@ class Pool:
             for url in config.replicas
         ]
         self._turn = itertools.count()
+        self.retries = config.retries
+        self.retry_budget = config.retry_budget
+        self.retrying = 0  # retries under way, against the budget
         self._affine = config.balance == "prefix" and len(self.replicas) > 1
         self._ring = HashRing([r.base_url for r in self.replicas])
         self._load_bound = config.load_bound
@@ -116,20 +119,30 @@ class Pool:
         replicas = self.replicas
         if len(replicas) == 1 and not replicas[0].health.tripped:
             return replicas[0]
-        now = time.monotonic()
-        in_flight = [r.in_flight for r in replicas]
-        healthy = [usable(r.health, now, r.in_flight) for r in replicas]
-        if key is None:
-            index = least_loaded(in_flight, healthy, next(self._turn))
-        else:
-            index = bounded_choice(self._ring, key, in_flight, healthy, self._load_bound)
+        index = self._choose(key, None)
         if index is None:
-            back = min(r.health.ejected_until for r in replicas) - now  # the first to turn half-open
+            back = min(r.health.ejected_until for r in replicas) - time.monotonic()  # first to turn half-open
             raise OpenAIError(
                 503, f"No healthy replica in pool '{self.name}'.", code="no_healthy_upstream",
                 headers={"Retry-After": str(max(1, math.ceil(back)))},
             )
         return replicas[index]
+
+    def alternate(self, failed: Replica) -> Replica | None:
+        """Another usable replica for a request that ``failed`` could not take, if there is one."""
+        if len(self.replicas) == 1:
+            return None
+        index = self._choose(None, failed)
+        return None if index is None else self.replicas[index]
+
+    def _choose(self, key: int | None, avoid: Replica | None) -> int | None:
+        replicas = self.replicas
+        now = time.monotonic()
+        in_flight = [r.in_flight for r in replicas]
+        healthy = [r is not avoid and usable(r.health, now, r.in_flight) for r in replicas]
+        if key is None:
+            return least_loaded(in_flight, healthy, next(self._turn))
+        return bounded_choice(self._ring, key, in_flight, healthy, self._load_bound)
 
     async def fetch_models(self, timeout: float) -> list[dict[str, Any]]:
         """Model cards from every replica that answers; also refreshes the discovered set."""
@@ -170,6 +183,9 @@ class Pool:
 
         results = await asyncio.gather(*(one(r) for r in self.replicas))
         return {r.base_url: ok for r, ok in zip(self.replicas, results, strict=True)}
+
+    def in_flight(self) -> int:
+        return sum(r.in_flight for r in self.replicas)
 
     async def check_forever(self) -> None:
         """Active health checks every ``health.interval`` seconds, until cancelled."""

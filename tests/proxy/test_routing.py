@@ -138,7 +138,7 @@ def test_a_dead_replica_is_ejected_after_consecutive_failures(start_proxy: Calla
     with serve_in_thread(live) as live_url:
         with serve_in_thread(dying, port=port) as dying_url:
             proxy = start_proxy({"pools": [pool("p", live_url + "/v1", dying_url + "/v1", balance="least_loaded",
-                                                health={"interval": 0, "eject_after": 2, "backoff": 1.0})]})
+                                                retries=0, health={"interval": 0, "eject_after": 2, "backoff": 1.0})]})
             assert all(_chat(proxy, f"warm {n}").status_code == 200 for n in range(4))
             assert dying.stats.completed == 2
         statuses = [_chat(proxy, f"after {n}").status_code for n in range(20)]
@@ -164,10 +164,48 @@ def test_active_checks_eject_a_dead_replica_before_any_request_fails(start_proxy
 def test_no_usable_replica_answers_503_at_once_with_retry_after(start_proxy: Callable[..., str]) -> None:
     dead = [f"http://127.0.0.1:{free_port()}/v1" for _ in range(2)]
     proxy = start_proxy({"pools": [pool("p", *dead, health={"interval": 0, "eject_after": 1, "backoff": 3.0})]})
-    assert [_chat(proxy, f"q{n}").status_code for n in range(2)] == [502, 502]  # each replica fails once
+    assert _chat(proxy, "q1").status_code == 502  # refused by one replica, then (the retry) by the other
     started = time.monotonic()
     response = _chat(proxy, "q3")
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "no_healthy_upstream"
     assert 1 <= int(response.headers["retry-after"]) <= 3
     assert time.monotonic() - started < 0.5  # no connection attempt made
+
+
+def test_with_retries_every_request_after_a_replica_dies_succeeds(start_proxy: Callable[..., str]) -> None:
+    live, dying = FakeUpstream(), FakeUpstream()
+    with serve_in_thread(live) as live_url:
+        with serve_in_thread(dying) as dying_url:
+            proxy = start_proxy({"pools": [pool("p", live_url + "/v1", dying_url + "/v1", balance="least_loaded",
+                                                health={"interval": 0})]})
+            assert all(_chat(proxy, f"warm {n}").status_code == 200 for n in range(4))
+        statuses = [_chat(proxy, f"after {n}").status_code for n in range(20)]
+        assert statuses == [200] * 20
+        assert live.stats.completed == 2 + 20
+        assert 'prefixgate_upstream_retries_total{pool="p"}' in httpx.get(proxy + "/metrics").text
+
+
+def test_an_engine_answering_503_is_retried_once_on_another_replica(start_proxy: Callable[..., str]) -> None:
+    shedding, live = FakeUpstream(fail_status=503), FakeUpstream()
+    with serve_in_thread(shedding) as shedding_url, serve_in_thread(live) as live_url:
+        proxy = start_proxy({"pools": [pool("p", shedding_url + "/v1", live_url + "/v1", balance="least_loaded",
+                                            health={"interval": 0, "eject_after": 100})]})
+        assert [_chat(proxy, f"q{n}").status_code for n in range(6)] == [200] * 6
+        assert shedding.stats.requests >= 3 and live.stats.completed == 6
+        alone = start_proxy({"pools": [pool("q", shedding_url + "/v1", health={"interval": 0})]})
+        answer = _chat(alone, "nowhere else to go")  # one replica: its 503 goes to the client as it is
+        assert answer.status_code == 503 and answer.json()["error"]["message"] == "fake overload"
+
+
+def test_a_stream_that_breaks_after_its_first_byte_is_not_retried(start_proxy: Callable[..., str],
+                                                                 replicas: list[FakeServer]) -> None:
+    proxy = start_proxy({"pools": [pool("p", *(r.base_url for r in replicas), balance="least_loaded",
+                                        models=["fake-model", "fake-die"])]})
+    body = {"model": "fake-die", "stream": True, "max_tokens": 8, "messages": [{"role": "user", "content": "go"}]}
+    answer = httpx.post(proxy + "/v1/chat/completions", json=body, timeout=10)
+    assert answer.status_code == 200
+    events = [line for line in answer.text.splitlines() if line.startswith("data: ")]
+    assert '"upstream_error"' in events[-1] and "[DONE]" not in answer.text  # a terminal error event
+    assert sum(r.app.stats.requests for r in replicas) == 1  # the other replica never saw it
+    assert _chat(proxy, "the next request").status_code == 200

@@ -88,8 +88,9 @@ def _completion(tokens: int) -> bytes:
 
 
 class FakeUpstream:
-    def __init__(self) -> None:
+    def __init__(self, fail_status: int | None = None) -> None:
         self.stats = Stats()
+        self.fail_status = fail_status  # answer every generation request with this error, as an engine shedding load
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -114,6 +115,10 @@ class FakeUpstream:
         self.stats.last_headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         if path.endswith("/embeddings"):
             await self._embeddings(request, send)
+            return
+        if self.fail_status is not None:
+            error = {"error": {"message": "fake overload", "type": "ServiceUnavailableError", "code": self.fail_status}}
+            await _respond(send, self.fail_status, orjson.dumps(error))
             return
         self.stats.active += 1
         try:
