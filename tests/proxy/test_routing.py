@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -108,8 +109,6 @@ def test_a_hot_prompt_spills_to_the_next_replica_past_the_load_bound(start_proxy
                                                                       replicas: list[FakeServer]) -> None:
     """Ten overlapping requests with one prompt: its home replica takes them while it holds at most
     1.25x the mean in flight (ceil(1.25 * 10 / 2) = 7 at the end), the other replica the rest."""
-    from concurrent.futures import ThreadPoolExecutor
-
     proxy = start_proxy({"pools": [pool("p", *(r.base_url for r in replicas))]})
 
     def ask(turn: int) -> int:
