@@ -1,11 +1,12 @@
 """When a replica is left out of the choice: ejection after consecutive failures, with back-off.
 
-A replica that fails ``eject_after`` exchanges in a row (connection refused, timeout, 5xx, a stream
-cut short), or fails an active health check, is ejected for ``backoff`` seconds; each ejection that
-follows without a success in between doubles that, up to ``max_backoff``. When the time is up the
-replica is half-open: it gets one request at a time (it is usable only with nothing in flight) until
-a success closes it again or a failure ejects it at once. Pure state transitions: the caller keeps
-the state per replica and passes the clock.
+A replica that fails ``eject_after`` exchanges in a row (connection refused or reset, a 5xx, a
+stream cut short; the caller leaves timeouts out, as they are load), or fails an active health
+check, is ejected for ``backoff`` seconds; each ejection that follows without a success in between
+doubles that, up to ``max_backoff``. When the time is up the replica is half-open: it gets one
+request at a time (it is usable only with nothing in flight) until a success closes it again or a
+failure ejects it at once. Pure state transitions: the caller keeps the state per replica and
+passes the clock.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ class HealthState:
 
 
 def after_success(state: HealthState) -> HealthState:
-    return state if state == HEALTHY else HEALTHY
+    """Any success closes the replica again and forgets its failures and back-off."""
+    return HEALTHY
 
 
 def after_failure(state: HealthState, now: float, rules: EjectionRules, *, at_once: bool = False) -> HealthState:

@@ -67,14 +67,14 @@ class UpstreamConfig(_Frozen):
     health_path: str = "/health"
     health: HealthChecks = HealthChecks()
     max_connections: int = Field(1024, ge=1)
-    # Replica choice: "prefix" sends prompts that start alike to the same replica (its prefix cache
-    # holds that start) while its in-flight load stays within load_bound x the mean; "least_loaded"
-    # ignores the prompt. affinity_chars: how much of the rendered prompt's start forms the key.
     # A connection refused or a 502/503 before any byte reached the client is tried again on another
     # replica, ``retries`` times at most, while retries under way stay within retry_budget x requests
     # under way (at least 3 at once).
     retries: int = Field(1, ge=0, le=3)
     retry_budget: float = Field(0.2, ge=0, le=1)
+    # Replica choice: "prefix" sends prompts that start alike to the same replica (its prefix cache
+    # holds that start) while its in-flight load stays within load_bound x the mean; "least_loaded"
+    # ignores the prompt. affinity_chars: how much of the rendered prompt's start forms the key.
     balance: Literal["prefix", "least_loaded"] = "prefix"
     load_bound: float = Field(1.25, ge=1.0)
     affinity_chars: int = Field(1024, ge=1)

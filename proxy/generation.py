@@ -144,9 +144,7 @@ class GenerationRoute:
                     headers.append((b"x-prefixgate-answer-cache", b"miss"))
             pool = gateway.upstreams.pool_for(view.model, embeddings=self.endpoint == "embeddings")
             try:
-                key = None
-                if pieces is not None:  # the salt the engine sees: the tenant's, else the client's own
-                    key = pool.affinity_key(pieces, view.model, salt if salt is not None else body.get("cache_salt"))
+                key = None if pieces is None else pool.affinity_key(pieces, view.model, salt)  # salt: as sent
                 replica = pool.pick(key)
             except OpenAIError:
                 if fallback is None:
