@@ -135,7 +135,7 @@ async def ingest(
     paths: Sequence[str], *, tenant: str, collection: str, embedder: Embedder, store: VectorStore,
     chunk_tokens: int, chunk_overlap: int, progress: bool = True,
 ) -> IngestReport:
-    await store.ensure_collection(collection)
+    await store.ensure_collection(collection, tenant)
     offsets = tokenizer_offsets(embedder)
     report = IngestReport()
     documents = list(find_documents(paths))
@@ -151,7 +151,7 @@ async def ingest(
         for first in range(0, len(spans), EMBED_BATCH):
             batch = spans[first:first + EMBED_BATCH]
             vectors = await embedder.embed([text[start:end] for start, end in batch])
-            await store.upsert(collection, [
+            await store.upsert(collection, tenant, [
                 StoredChunk(chunk_id(tenant, doc_id, first + i), vector, tenant, doc_id, first + i,
                             text[start:end], path.name, start, end)
                 for i, ((start, end), vector) in enumerate(zip(batch, vectors, strict=True))

@@ -79,11 +79,11 @@ async def main_async(args: argparse.Namespace) -> list[str]:
     embedder = LocalMiniLM()
     store = VectorStore.open(dimensions=embedder.dimensions, path=Path(tempfile.mkdtemp()) / "qdrant")
     chunks = corpus()
-    await store.ensure_collection("bench")
+    await store.ensure_collection("bench", "bench")
     vectors = await embedder.embed([text for _, _, text in chunks])
     stored = [StoredChunk(f"00000000-0000-4000-8000-{i:012d}", vector, "bench", doc, index, text, doc, 0, len(text))
               for i, ((doc, index, text), vector) in enumerate(zip(chunks, vectors, strict=True))]
-    await store.upsert("bench", stored)
+    await store.upsert("bench", "bench", stored)
     rng = random.Random(11)
     questions = [f"How do I {rng.choice(['clean', 'return', 'ship', 'safely place'])} my "
                  f"{rng.choice(PRODUCTS)}? ({n})" for n in range(args.questions)]
