@@ -87,6 +87,15 @@ class UpstreamConfig(_Frozen):
 
 class PoolConfig(UpstreamConfig):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    # Output tokens this pool allows: a request above max_tokens_limit is clamped or refused (the
+    # tenant's max_tokens_action); one without max_tokens gets max_tokens_default (when the tenant sets none).
+    max_tokens_limit: int | None = Field(None, ge=1)
+    max_tokens_default: int | None = Field(None, ge=1)
+    # Length routing among pools that serve the same model: a "short" pool takes the requests whose
+    # predicted p90 output is at most short_threshold tokens; the others go to the first pool that
+    # is not "short" (a "long" or "any" pool).
+    output: Literal["any", "short", "long"] = "any"
+    short_threshold: int = Field(256, ge=1)
 
 
 class TenantKey(_Frozen):
@@ -171,10 +180,23 @@ class PromptConfig(_Frozen):
     cache_salt: Literal["isolate", "share"] = "isolate"
 
 
+class LimitsConfig(_Frozen):
+    """Admission per tenant (see docs/configuration.md, section limits). None: no limit."""
+
+    requests_per_minute: int | None = Field(None, ge=1)
+    tokens_per_minute: int | None = Field(None, ge=1)  # prompt tokens + reserved output, settled with usage
+    max_tokens: int | None = Field(None, ge=1)  # most output tokens a request may ask for
+    max_tokens_action: Literal["clamp", "reject"] = "clamp"
+    default_max_tokens: int | None = Field(None, ge=1)  # given to requests that name none
+    max_input_tokens: int | None = Field(None, ge=1)
+    output_reservation: int = Field(256, ge=0)  # tokens held for an answer with no max_tokens nor history
+
+
 class TenantConfig(_Frozen):
-    """Per-tenant settings. ``prompt`` fields given here replace the top-level ``prompt`` ones."""
+    """Per-tenant settings. ``prompt`` and ``limits`` fields here replace the top-level ones."""
 
     prompt: PromptConfig = PromptConfig()
+    limits: LimitsConfig = LimitsConfig()
     retrieval: TenantRetrieval | None = None
     answer_cache: AnswerCacheConfig | None = None  # opt-in
 
@@ -185,6 +207,8 @@ class Config(_Frozen):
     pools: list[PoolConfig] = Field(default_factory=list)
     embeddings: UpstreamConfig | None = None
     prompt: PromptConfig = PromptConfig()
+    limits: LimitsConfig = LimitsConfig()
+    tokenizer: str | None = None  # a tokenizer.json for exact token counts; default: 4 characters a token
     tenants: dict[str, TenantConfig] = Field(default_factory=dict)
     retrieval: RetrievalConfig = RetrievalConfig()
     redis: RedisConfig | None = None  # caches shared by replicas; default: in-process only
@@ -207,6 +231,20 @@ class Config(_Frozen):
         if own is None:
             return self.prompt
         return PromptConfig.model_validate({**self.prompt.model_dump(), **own.prompt.model_dump(exclude_unset=True)})
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer_file(cls, path: str | None) -> str | None:
+        if path is not None and not Path(path).is_file():
+            raise ValueError(f"no tokenizer file at {path} (a Hugging Face tokenizer.json)")
+        return path
+
+    def tenant_limits(self, tenant: str) -> LimitsConfig:
+        """The top-level limits with this tenant's own fields laid over them."""
+        own = self.tenants.get(tenant)
+        if own is None:
+            return self.limits
+        return LimitsConfig.model_validate({**self.limits.model_dump(), **own.limits.model_dump(exclude_unset=True)})
 
     def qdrant_path(self) -> Path:
         return Path(self.retrieval.qdrant_path or Path(self.data_dir) / "qdrant")

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from policies.admission import TokenCaps
 from policies.cache_salt import CacheMode, tenant_salt
+from policies.limits import RateLimits
 from policies.lines import LineScanner
 from policies.prompt import PromptPolicy
 from policies.templates import compile_template
 from policies.volatile import custom_detectors
+from proxy.admission import Admission, TenantAdmission
 from proxy.answer_store import AnswerStore
 from proxy.auth import OPEN_TENANT, KeyTable
-from proxy.config import Config, PromptConfig
+from proxy.config import Config, LimitsConfig, PromptConfig
+from proxy.limiter import open_limiter
 from proxy.metrics import Metrics
 from proxy.prefix_meter import PrefixMeter
 from proxy.retrieval import Retriever
 from proxy.retrieval_config import TenantRetrieval
 from proxy.shared_cache import tiered_cache
+from proxy.token_count import TokenCounter
 from proxy.upstream import Upstreams
 
 
@@ -28,6 +33,7 @@ class TenantPolicy:
     prompt: PromptPolicy
     cache_mode: CacheMode
     salt: str
+    admission: TenantAdmission
     retrieval: TenantRetrieval | None = None  # set when this tenant gets context from its documents
     answer_ttl: float | None = None  # set when this tenant's deterministic answers are stored for repeats
 
@@ -40,6 +46,7 @@ class Gateway:
     upstreams: Upstreams
     tenants: dict[str, TenantPolicy]  # every tenant an API key can name, and the open-mode one
     prefix_meter: PrefixMeter
+    admission: Admission
     retriever: Retriever | None = None  # only when some tenant has retrieval on
     answers: AnswerStore | None = None  # only when some tenant stores answers
 
@@ -52,11 +59,14 @@ class Gateway:
         tenants = tenant_policies(config)
         wants_answers = any(t.answer_ttl for t in tenants.values())
         answers = AnswerStore(tiered_cache(config.redis, "answers", metrics)) if wants_answers else None
+        admission = Admission(open_limiter(config.redis), TokenCounter(config.tokenizer), metrics,
+                              predicts=upstreams.routes_by_length)
         return cls(config, KeyTable(config.resolved_keys), metrics, upstreams, tenants, PrefixMeter(metrics),
-                   retriever, answers)
+                   admission, retriever, answers)
 
     async def aclose(self) -> None:
         await self.upstreams.aclose()
+        await self.admission.aclose()
         if self.retriever is not None:
             await self.retriever.aclose()
         if self.answers is not None:
@@ -78,7 +88,16 @@ def tenant_policies(config: Config, extra: tuple[str, ...] = ()) -> dict[str, Te
         own = config.tenants.get(tenant)
         retrieval = own.retrieval if own is not None and own.retrieval is not None and own.retrieval.enabled else None
         answer_ttl = own.answer_cache.ttl_s if own is not None and own.answer_cache is not None else None
-        return TenantPolicy(tenant, policy, prompt.cache_salt, tenant_salt(tenant), retrieval, answer_ttl)
+        return TenantPolicy(tenant, policy, prompt.cache_salt, tenant_salt(tenant), tenant_admission(
+            config.tenant_limits(tenant)), retrieval, answer_ttl)
 
     names = {*config.resolved_keys.values(), *config.tenants, OPEN_TENANT, *extra}
     return {name: build(config.tenant_prompt(name), name) for name in names}
+
+
+def tenant_admission(limits: LimitsConfig) -> TenantAdmission:
+    return TenantAdmission(
+        RateLimits(limits.requests_per_minute, limits.tokens_per_minute),
+        TokenCaps(limits.max_tokens, limits.max_tokens_action, limits.default_max_tokens, limits.max_input_tokens),
+        limits.output_reservation,
+    )

@@ -15,6 +15,7 @@ from time import perf_counter
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from policies.admission import cap_output
 from policies.answer_cache import answer_key as answer_key_for
 from policies.answer_cache import cacheable
 from policies.cache_salt import cache_salt
@@ -23,6 +24,7 @@ from policies.prompt import rewrite_chat
 from policies.stable_prefix import Pieces, chat_pieces, completion_pieces
 from policies.types import Endpoint, Rejection
 from policies.validate import validate_request
+from proxy.admission import Admitted
 from proxy.answer_store import send_stored_answer
 from proxy.body import ClientGone, decode_json, read_body
 from proxy.errors import OpenAIError
@@ -35,11 +37,12 @@ log = logging.getLogger("prefixgate")
 
 
 RETRIEVAL_HEADER = b"x-prefixgate-retrieval"  # "off": this request goes without added context
+POOL_HEADER = b"x-prefixgate-pool"  # the pool to use, overriding length routing
 
 
-def _request_headers(scope: Scope) -> tuple[str | None, bytes | None, bool]:
-    """(Authorization, Content-Length, retrieval wanted) from the raw ASGI header list, in one pass."""
-    authorization = length = None
+def _request_headers(scope: Scope) -> tuple[str | None, bytes | None, bool, str | None]:
+    """(Authorization, Content-Length, retrieval wanted, pool named) from the raw ASGI header list, in one pass."""
+    authorization = length = pool = None
     retrieval = True
     for name, value in scope["headers"]:
         if name == b"authorization":
@@ -48,7 +51,9 @@ def _request_headers(scope: Scope) -> tuple[str | None, bytes | None, bool]:
             length = value
         elif name == RETRIEVAL_HEADER:
             retrieval = value.strip().lower() != b"off"
-    return authorization, length, retrieval
+        elif name == POOL_HEADER:
+            pool = value.decode("latin-1").strip()
+    return authorization, length, retrieval, pool
 
 
 def _with_string_field(raw: bytes, name: bytes, value: str) -> bytes:
@@ -92,8 +97,9 @@ class GenerationRoute:
         started = perf_counter()
         gateway: Gateway = scope["state"]["gateway"]
         route = self.upstream_path
+        admitted: Admitted | None = None  # set when admission ran: settled when the answer ends
         try:
-            authorization, length, retrieval_wanted = _request_headers(scope)
+            authorization, length, retrieval_wanted, pool_named = _request_headers(scope)
             tenant = gateway.tenants[gateway.keys.tenant_for(authorization)]
             raw = await read_body(receive, length, gateway.config.server.max_body_bytes)
             view = validate_request(self.endpoint, decode_json(raw))
@@ -124,6 +130,23 @@ class GenerationRoute:
                 else:
                     pieces = completion_pieces(body)
                     gateway.prefix_meter.observe(tenant.name, pieces, 0)
+                if gateway.admission.needed(tenant.admission):
+                    admitted = gateway.admission.prepare(tenant.admission, body, changed, pieces, tenant.name)
+                    body, changed = admitted.body, admitted.changed
+            predicted = admitted.prediction.p90 if admitted is not None and admitted.prediction is not None else None
+            pool = gateway.upstreams.pool_for(view.model, embeddings=self.endpoint == "embeddings",
+                                              predicted_p90=predicted, named=pool_named)
+            if self.endpoint != "embeddings":
+                caps = pool.caps(tenant.admission.caps.action)
+                if caps is not None:
+                    capped = cap_output(body, caps)
+                    if not isinstance(capped, dict):
+                        raise OpenAIError.from_rejection(capped)
+                    body, changed = capped, changed or capped is not body
+                if admitted is not None:
+                    await gateway.admission.charge(tenant.name, tenant.admission, admitted, body, headers)
+                if gateway.upstreams.routes_by_length or pool_named is not None:
+                    headers.append((b"x-prefixgate-pool", pool.name.encode()))
                 salt = cache_salt(tenant.cache_mode, tenant.salt, body.get("cache_salt"))
                 if salt is not None and salt != body.get("cache_salt"):
                     if changed or "cache_salt" in body:
@@ -136,32 +159,36 @@ class GenerationRoute:
                     answer_key = answer_key_for(tenant.name, body)
                     stored = await gateway.answers.get(answer_key)
                     if stored is not None:
+                        await gateway.admission.release(admitted)  # the engine did no work
                         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
                         await send_stored_answer(send, stored, stream=view.stream, include_usage=include_usage,
                                                  headers=headers)
                         gateway.metrics.observe_request(route, 200, perf_counter() - started)
                         return
                     headers.append((b"x-prefixgate-answer-cache", b"miss"))
-            pool = gateway.upstreams.pool_for(view.model, embeddings=self.endpoint == "embeddings")
             try:
                 key = None if pieces is None else pool.affinity_key(pieces, view.model, salt)  # salt: as sent
                 replica = pool.pick(key)
             except OpenAIError:
                 if fallback is None:
                     raise
+                await gateway.admission.release(admitted)
                 gateway.metrics.observe_request(route, 200, perf_counter() - started)
                 await send_passages_answer(send, model=view.model, evidence=fallback, stream=view.stream,
                                            reason="no_healthy_upstream")
                 return
         except OpenAIError as error:
+            await gateway.admission.release(admitted)
             gateway.metrics.observe_request(route, error.status, perf_counter() - started)
             await error.send(send)
             return
         except ClientGone:
+            await gateway.admission.release(admitted)
             gateway.metrics.observe_request(route, CLIENT_CLOSED, perf_counter() - started)
             return
         except Exception:
             log.exception("unexpected error handling %s", route)
+            await gateway.admission.release(admitted)
             gateway.metrics.observe_request(route, 500, perf_counter() - started)
             await OpenAIError(500, "Internal error in prefixgate.", type="server_error").send(send)
             return
@@ -170,6 +197,7 @@ class GenerationRoute:
             route=route, metrics=gateway.metrics, started=started, headers=headers,
             model=view.model, fallback=fallback,
             answers=gateway.answers, answer_key=answer_key, answer_ttl=tenant.answer_ttl or 0.0,
+            admission=gateway.admission if admitted is not None else None, admitted=admitted,
         )
         await call(scope, receive, send)
 

@@ -7,6 +7,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 PREFIX_TOKEN_BUCKETS = (0, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+OUTPUT_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 RATIO_BUCKETS = (0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1)
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10, 30, 60)
 
@@ -74,6 +75,23 @@ class Metrics:
             "prefixgate_shared_cache", "Redis-backed caches: reads Redis answered (shared_hit), failed calls (error).",
             ["cache", "event"], registry=self.registry,
         )
+        self._rate_limited = Counter(
+            "prefixgate_rate_limited", "Requests refused by a tenant rate limit, by tenant and limit "
+            "(requests, tokens, too_large: the request alone exceeds the token limit).",
+            ["tenant", "limit"], registry=self.registry,
+        )
+        self._clamped = Counter(
+            "prefixgate_admission_adjusted", "Requests whose max_tokens admission set or clamped, by tenant.",
+            ["tenant"], registry=self.registry,
+        )
+        self._output_tokens = Histogram(
+            "prefixgate_output_tokens", "Completion tokens per request by pool: predicted p90 and actual.",
+            ["pool", "kind"], buckets=OUTPUT_TOKEN_BUCKETS, registry=self.registry,
+        )
+        self._predictions = Counter(
+            "prefixgate_length_predictions", "Answers at or below their predicted p90 length (within) or above it.",
+            ["pool", "outcome"], registry=self.registry,
+        )
         self._children: dict[tuple[str, ...], tuple[Counter, Histogram]] = {}
         self._tenant_children: dict[str, tuple[Histogram, Histogram, Counter]] = {}
         self._ttft_children: dict[str, Histogram] = {}
@@ -124,6 +142,17 @@ class Metrics:
 
     def upstream_retry(self, pool: str) -> None:
         self._upstream_retries.labels(pool).inc()
+
+    def rate_limited(self, tenant: str, limit: str) -> None:
+        self._rate_limited.labels(tenant, limit).inc()
+
+    def admission_clamped(self, tenant: str) -> None:
+        self._clamped.labels(tenant).inc()
+
+    def observe_length(self, pool: str, predicted_p90: int, actual: int) -> None:
+        self._output_tokens.labels(pool, "predicted_p90").observe(predicted_p90)
+        self._output_tokens.labels(pool, "actual").observe(actual)
+        self._predictions.labels(pool, "within" if actual <= predicted_p90 else "above").inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -16,6 +16,8 @@ from starlette.types import Receive, Scope, Send
 
 from policies.answer_cache import completion_from_stream
 from policies.retry import retryable, within_budget
+from policies.usage import stream_events, streamed_completion_tokens, usage_in
+from proxy.admission import Admission, Admitted
 from proxy.answer_store import AnswerStore, storable
 from proxy.disconnect import DisconnectWatch
 from proxy.errors import OpenAIError, sse_error_event
@@ -48,14 +50,15 @@ def _failure(error: UpstreamError, pool: Pool) -> OpenAIError:
 class UpstreamCall:
     """An ASGI response that performs the upstream exchange when Starlette sends it."""
 
-    __slots__ = ("answer_key", "answer_ttl", "answers", "body", "fallback", "headers", "metrics", "model", "path",
-                 "pool", "replica", "route", "started", "status", "stream", "url")
+    __slots__ = ("admission", "admitted", "answer_key", "answer_ttl", "answers", "body", "fallback", "headers",
+                 "metrics", "model", "path", "pool", "replica", "route", "started", "status", "stream", "url", "usage")
 
     def __init__(
         self, *, pool: Pool, replica: Replica, path: str, body: bytes, stream: bool,
         route: str, metrics: Metrics, started: float, headers: list[tuple[bytes, bytes]] | None = None,
         model: str = "", fallback: str | None = None,
         answers: AnswerStore | None = None, answer_key: str | None = None, answer_ttl: float = 0.0,
+        admission: Admission | None = None, admitted: Admitted | None = None,
     ) -> None:
         self.pool = pool
         self.replica = replica
@@ -73,6 +76,9 @@ class UpstreamCall:
         self.answer_key = answer_key
         self.answer_ttl = answer_ttl
         self.status = CLIENT_CLOSED
+        self.admission = admission  # with admitted: told the usage when the answer ends
+        self.admitted = admitted
+        self.usage: tuple[int | None, int | None] = (None, None)  # (prompt, completion) tokens, where known
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.replica.in_flight += 1
@@ -87,6 +93,9 @@ class UpstreamCall:
                 self.status = CLIENT_CLOSED
             self.replica.in_flight -= 1  # the replica that took it last, after any retry
             self.metrics.observe_request(self.route, self.status, perf_counter() - self.started)
+            if self.admission is not None:
+                assert self.admitted is not None
+                await self.admission.finish(self.admitted, self.pool.name, *self.usage)
 
     async def _exchange(self, send: Send, watch: DisconnectWatch) -> None:
         timeouts = self.pool.timeouts
@@ -187,6 +196,8 @@ class UpstreamCall:
 
     async def _relay_whole(self, send: Send, watch: DisconnectWatch, reply: Reply) -> None:
         body = await reply.read()
+        if self.admission is not None and reply.status == 200:
+            self.usage = usage_in(body[-512:])  # usage comes last in OpenAI's and vLLM's answers
         if self.answer_key is not None and reply.status == 200:
             try:
                 await self._store(orjson.loads(body))
@@ -216,12 +227,19 @@ class UpstreamCall:
         chunk = first
         tail = b""
         kept: list[bytes] | None = [] if self.answer_key is not None else None  # for the answer store
+        counting = self.admission is not None
+        events = 0
         while chunk:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            tail = tail[-16:] + chunk[-32:]
+            tail = tail[-480:] + chunk[-512:] if counting else tail[-16:] + chunk[-32:]
+            if counting:
+                events += stream_events(chunk)
             if kept is not None:
                 kept.append(chunk)
             chunk = await reply.next_chunk()
+        if counting:
+            prompt, completion = usage_in(tail)  # present when the client asked for include_usage
+            self.usage = (prompt, completion if completion is not None else streamed_completion_tokens(events))
         if _DONE not in tail:
             raise UpstreamBroken("stream closed without [DONE]")
         if kept is not None:

@@ -15,11 +15,13 @@ from typing import Any
 
 import orjson
 
+from policies.admission import TokenCaps
 from policies.affinity import HashRing, bounded_choice, prefix_key
 from policies.health import HEALTHY, EjectionRules, HealthState, after_failure, after_success, usable
+from policies.length import PoolOption, choose_pool
 from policies.replica import least_loaded
 from policies.stable_prefix import Pieces
-from proxy.config import Config, Timeouts, UpstreamConfig
+from proxy.config import Config, PoolConfig, Timeouts, UpstreamConfig
 from proxy.errors import OpenAIError
 from proxy.transport import Transport, UpstreamError
 from proxy.transport_aiohttp import AiohttpTransport
@@ -101,6 +103,19 @@ class Pool:
         self._ring = HashRing([r.base_url for r in self.replicas])
         self._load_bound = config.load_bound
         self._affinity_chars = config.affinity_chars
+        self.option = PoolOption(name, "any", 0)
+        self.max_tokens_limit: int | None = None
+        self.max_tokens_default: int | None = None
+        if isinstance(config, PoolConfig):
+            self.option = PoolOption(name, config.output, config.short_threshold)
+            self.max_tokens_limit, self.max_tokens_default = config.max_tokens_limit, config.max_tokens_default
+
+    def caps(self, action: str) -> TokenCaps | None:
+        """This pool's max_tokens limits, applied with the tenant's action; None where it sets none."""
+        if self.max_tokens_limit is None and self.max_tokens_default is None:
+            return None
+        return TokenCaps(self.max_tokens_limit, action, self.max_tokens_default,  # type: ignore[arg-type]
+                         source=f"pool '{self.name}'")
 
     @property
     def catch_all(self) -> bool:
@@ -206,6 +221,8 @@ class Upstreams:
         self.embeddings = Pool("embeddings", config.embeddings, client) if config.embeddings else None
         self._lookup_timeout = config.server.ready_timeout
         self._checks: list[asyncio.Task[None]] = []
+        self.by_name = {pool.name: pool for pool in self.pools}
+        self.routes_by_length = any(pool.option.kind == "short" for pool in self.pools)
 
     def start_checks(self) -> None:
         """Active health checks for the pools of several replicas that ask for them."""
@@ -217,19 +234,34 @@ class Upstreams:
         if self.embeddings is not None:
             yield self.embeddings
 
-    def pool_for(self, model: str, *, embeddings: bool = False) -> Pool:
+    def pool_for(self, model: str, *, embeddings: bool = False, predicted_p90: int | None = None,
+                 named: str | None = None) -> Pool:
+        """The pool for a model: the one ``named`` (x-prefixgate-pool), else by predicted length among
+        those that serve it, else the first that serves it or takes any model."""
         if embeddings and self.embeddings is not None:
             if self.embeddings.serves(model) or self.embeddings.catch_all:
                 return self.embeddings
-        for pool in self.pools:
-            if pool.serves(model):
-                return pool
-        for pool in self.pools:
-            if pool.catch_all:
-                return pool
+        if named is not None:
+            return self._named(named, model)
+        serving = [pool for pool in self.pools if pool.serves(model)] or [p for p in self.pools if p.catch_all]
+        if len(serving) > 1 and predicted_p90 is not None:
+            choice = choose_pool([pool.option for pool in serving], predicted_p90)
+            return self.by_name[choice.name]
+        if serving:
+            return serving[0]
         raise OpenAIError(
             404, f"The model '{model}' does not exist or is not served here.", param="model", code="model_not_found"
         )
+
+    def _named(self, name: str, model: str) -> Pool:
+        pool = self.by_name.get(name)
+        if pool is None:
+            raise OpenAIError(400, f"x-prefixgate-pool names no pool: '{name}' (pools: {', '.join(self.by_name)}).",
+                              param="x-prefixgate-pool", code="unknown_pool")
+        if not (pool.serves(model) or pool.catch_all):
+            raise OpenAIError(400, f"Pool '{name}' (x-prefixgate-pool) does not serve the model '{model}'.",
+                              param="x-prefixgate-pool", code="model_not_in_pool")
+        return pool
 
     async def discover(self) -> None:
         """Learn what pools without declared models serve; a pool that does not answer stays catch-all."""

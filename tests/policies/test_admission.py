@@ -1,0 +1,38 @@
+"""max_tokens defaults, clamps and refusals; the input-token cap."""
+
+from __future__ import annotations
+
+from policies.admission import TokenCaps, cap_output, check_input
+from policies.types import Rejection
+
+
+def test_a_request_without_max_tokens_gets_the_default_within_the_limit() -> None:
+    assert cap_output({"model": "m"}, TokenCaps(default_max_tokens=300))["max_tokens"] == 300
+    assert cap_output({"model": "m"}, TokenCaps(max_tokens=200, default_max_tokens=300))["max_tokens"] == 200
+    body = {"model": "m"}
+    assert cap_output(body, TokenCaps(max_tokens=200)) is body  # a limit alone adds nothing
+
+
+def test_clamp_lowers_max_tokens_to_the_limit_and_reject_names_it() -> None:
+    body = {"model": "m", "max_tokens": 5000}
+    assert cap_output(body, TokenCaps(max_tokens=1024))["max_tokens"] == 1024
+    refused = cap_output(body, TokenCaps(max_tokens=1024, action="reject", source="pool 'short'"))
+    assert isinstance(refused, Rejection) and refused.status == 400 and refused.param == "max_tokens"
+    assert "5000" in refused.message and "1024" in refused.message and "pool 'short'.max_tokens" in refused.message
+    within = {"model": "m", "max_tokens": 100}
+    assert cap_output(within, TokenCaps(max_tokens=1024, action="reject")) is within
+
+
+def test_max_completion_tokens_is_the_field_clamped_and_a_larger_max_tokens_follows() -> None:
+    body = {"model": "m", "max_completion_tokens": 4000, "max_tokens": 3000}
+    capped = cap_output(body, TokenCaps(max_tokens=500))
+    assert capped["max_completion_tokens"] == 500 and capped["max_tokens"] == 500
+    refused = cap_output(body, TokenCaps(max_tokens=500, action="reject"))
+    assert isinstance(refused, Rejection) and refused.param == "max_completion_tokens"
+
+
+def test_input_cap() -> None:
+    assert check_input(100, TokenCaps(max_input_tokens=100), "messages") is None
+    refused = check_input(101, TokenCaps(max_input_tokens=100), "messages")
+    assert refused is not None and refused.status == 400 and refused.param == "messages" and "101" in refused.message
+    assert check_input(10**6, TokenCaps(), "prompt") is None
