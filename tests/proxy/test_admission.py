@@ -1,0 +1,214 @@
+"""Admission through the gateway: exact tenant rate limits (in memory and shared through a real
+redis-server by several gateway processes), max_tokens clamps and refusals, token settlement, and
+routing by predicted output length."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from itertools import pairwise
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.conftest import FakeServer, pool
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.redis_server import RedisServer
+from tests.support.servers import free_port, serve_in_thread
+
+KEY = "sk-tenant-acme-1"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+def config(fake: FakeServer, limits: dict, **extra: object) -> dict:
+    # A burst opens a hundred upstream connections at once on a machine this test shares with
+    # the fake upstream and the client: connecting may take longer than the 5 s default.
+    return {"pools": [pool("p", fake.base_url, timeouts={"connect": 60})],
+            "auth": {"keys": [{"tenant": "acme", "key": KEY}]}, "limits": limits, **extra}
+
+
+def chat(**fields: object) -> dict:
+    return {"model": "fake-model", "messages": [{"role": "user", "content": "Hello there"}], **fields}
+
+
+async def burst(urls: list[str], count: int) -> list[httpx.Response]:
+    """``count`` requests at once, spread over ``urls``."""
+    limits = httpx.Limits(max_connections=count, max_keepalive_connections=count)
+    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+        return await asyncio.gather(*(
+            client.post(urls[i % len(urls)] + "/v1/chat/completions", json=chat(max_tokens=4), headers=AUTH)
+            for i in range(count)
+        ))
+
+
+def assert_exactly_100_admitted(statuses: list[int]) -> None:
+    """900 refused with 429, and the 100 admitted answered. On this test's one machine, shared by
+    the client, the gateway and the fake upstream, a burst of 100 upstream connections now and then
+    loses one or two to the network stack (a 502 or 504 that is the pool's business, not the
+    limiter's), so admitted means "not refused"."""
+    counts = Counter(statuses)
+    assert counts[429] == 900 and len(statuses) == 1000, counts
+    assert counts[200] >= 97 and set(counts) <= {200, 429, 502, 504}, counts
+
+
+def test_a_thousand_concurrent_requests_against_100_per_minute_admit_exactly_100(
+    fake: FakeServer, start_proxy: Callable[..., str]
+) -> None:
+    proxy = start_proxy(config(fake, {"requests_per_minute": 100}))
+    before = fake.app.stats.requests
+    answers = asyncio.run(burst([proxy], 1000))
+    statuses = [a.status_code for a in answers]
+    assert_exactly_100_admitted(statuses)
+    assert fake.app.stats.requests - before <= 100  # the refused never reached the engine
+    refused = next(a for a in answers if a.status_code == 429)
+    error = refused.json()["error"]
+    assert error["code"] == "rate_limit_exceeded" and error["type"] == "requests" and "limit 100" in error["message"]
+    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    assert refused.headers["x-ratelimit-limit-requests"] == "100"
+    assert refused.headers["x-ratelimit-remaining-requests"] == "0"
+    admitted = next(a for a in answers if a.status_code == 200)
+    assert admitted.headers["x-ratelimit-limit-requests"] == "100"
+    assert 'prefixgate_rate_limited_total{limit="requests",tenant="acme"} 900.0' in httpx.get(proxy + "/metrics").text
+
+
+@pytest.fixture
+def shared_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _serve(data: dict, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    path = workdir / f"gateway-{port}.yaml"
+    path.write_text(yaml.safe_dump({**data, "server": {"port": port}, "data_dir": str(workdir)}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFIXGATE_")}
+    process = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return process, f"http://127.0.0.1:{port}"
+
+
+def test_three_gateway_processes_sharing_redis_admit_exactly_100(
+    fake: FakeServer, shared_redis: RedisServer, tmp_path: Path
+) -> None:
+    data = config(fake, {"requests_per_minute": 100}, redis={"url": shared_redis.url})
+    with ExitStack() as stack:
+        gateways = []
+        for _ in range(3):
+            process, url = _serve(data, tmp_path)
+            stack.callback(process.wait, 30)
+            stack.callback(process.terminate)
+            gateways.append((process, url))
+        deadline = time.monotonic() + 60
+        for process, url in gateways:
+            while True:
+                assert process.poll() is None, "prefixgate serve exited"
+                try:
+                    if httpx.get(url + "/ready", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "prefixgate serve did not become ready"
+                time.sleep(0.2)
+        answers = asyncio.run(burst([url for _, url in gateways], 1000))
+    assert_exactly_100_admitted([a.status_code for a in answers])
+    # each process alone would have admitted 100 of its own ~333
+
+
+def test_max_tokens_is_defaulted_clamped_or_refused(fake: FakeServer, start_proxy: Callable[..., str]) -> None:
+    clamp = start_proxy(config(fake, {"max_tokens": 100, "default_max_tokens": 50}))
+    assert httpx.post(clamp + "/v1/chat/completions", json=chat(), headers=AUTH).status_code == 200
+    assert fake.app.stats.last_body["max_tokens"] == 50
+    answer = httpx.post(clamp + "/v1/chat/completions", json=chat(max_tokens=5000), headers=AUTH)
+    assert answer.status_code == 200 and fake.app.stats.last_body["max_tokens"] == 100
+    assert answer.json()["usage"]["completion_tokens"] == 100
+
+    reject = start_proxy(config(fake, {"max_tokens": 100, "max_tokens_action": "reject"}))
+    before = fake.app.stats.requests
+    refused = httpx.post(reject + "/v1/chat/completions", json=chat(max_tokens=5000), headers=AUTH)
+    assert refused.status_code == 400 and fake.app.stats.requests == before
+    error = refused.json()["error"]
+    assert error["param"] == "max_tokens" and "5000" in error["message"] and "limits.max_tokens" in error["message"]
+
+
+def test_a_pool_limit_applies_with_the_tenants_action(fake: FakeServer, start_proxy: Callable[..., str]) -> None:
+    proxy = start_proxy({"pools": [pool("p", fake.base_url, max_tokens_limit=64)],
+                         "limits": {"max_tokens_action": "reject"}})
+    refused = httpx.post(proxy + "/v1/chat/completions", json=chat(max_tokens=65))
+    assert refused.status_code == 400 and "pool 'p'.max_tokens" in refused.json()["error"]["message"]
+    assert httpx.post(proxy + "/v1/chat/completions", json=chat(max_tokens=64)).status_code == 200
+
+
+def test_a_prompt_over_the_input_cap_is_refused(fake: FakeServer, start_proxy: Callable[..., str]) -> None:
+    proxy = start_proxy(config(fake, {"max_input_tokens": 50}))
+    long = {"model": "fake-model", "messages": [{"role": "user", "content": "word " * 100}]}
+    refused = httpx.post(proxy + "/v1/chat/completions", json=long, headers=AUTH)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "messages"
+    assert "above the limit of 50 input tokens" in refused.json()["error"]["message"]
+    assert httpx.post(proxy + "/v1/chat/completions", json=chat(), headers=AUTH).status_code == 200
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_reserved_tokens_are_settled_with_the_actual_usage(
+    fake: FakeServer, start_proxy: Callable[..., str], stream: bool
+) -> None:
+    """Each request reserves max_tokens (500) plus its prompt against 1,000 tokens a minute, but uses
+    only 5 output tokens: with settlement every one of them fits; without it the second would not."""
+    proxy = start_proxy(config(fake, {"tokens_per_minute": 1000}))
+    remaining = []
+    for _ in range(6):
+        answer = httpx.post(proxy + "/v1/chat/completions", json=chat(max_tokens=500, fake_tokens=5, stream=stream),
+                            headers=AUTH)
+        assert answer.status_code == 200, answer.text
+        remaining.append(int(answer.headers["x-ratelimit-remaining-tokens"]))
+    # Read at admission: this request's reservation (~505) plus what each earlier one used. A JSON
+    # answer reports its usage (12 prompt + 5 output); a stream without usage is counted by events.
+    used = [before - after for before, after in pairwise(remaining)]
+    assert 480 <= remaining[0] < 500, remaining
+    assert all(10 <= u <= 12 for u in used) if stream else used == [17] * 5, used
+    refused = httpx.post(proxy + "/v1/chat/completions", json=chat(max_tokens=2000), headers=AUTH)
+    assert refused.status_code == 429 and "Request too large" in refused.json()["error"]["message"]
+
+
+@pytest.fixture
+def short_and_long() -> Iterator[tuple[FakeServer, FakeServer]]:
+    with ExitStack() as stack:
+        short, long = FakeUpstream(), FakeUpstream()
+        yield (FakeServer(stack.enter_context(serve_in_thread(short)), short),
+               FakeServer(stack.enter_context(serve_in_thread(long)), long))
+
+
+def test_requests_go_to_the_short_or_long_pool_by_predicted_length(
+    short_and_long: tuple[FakeServer, FakeServer], start_proxy: Callable[..., str]
+) -> None:
+    short, long = short_and_long
+    proxy = start_proxy({"pools": [pool("short", short.base_url, models=["fake-model"], output="short"),
+                                   pool("long", long.base_url, models=["fake-model"], output="long")]})
+
+    def pool_of(body: dict, **headers: str) -> str:
+        answer = httpx.post(proxy + "/v1/chat/completions", json=body, headers=headers)
+        assert answer.status_code == 200, answer.text
+        return answer.headers["x-prefixgate-pool"]
+
+    assert pool_of(chat(max_tokens=32)) == "short"
+    assert pool_of(chat(max_tokens=2000, fake_tokens=3)) == "long"
+    assert pool_of(chat(fake_tokens=3)) == "long"  # nothing known yet: assumed long
+    assert pool_of(chat(max_tokens=32), **{"x-prefixgate-pool": "long"}) == "long"
+    for _ in range(8):  # this template's answers turn out short (3 tokens each) ...
+        pool_of(chat(fake_tokens=3, stream=True))
+    assert pool_of(chat(fake_tokens=3)) == "short"  # ... so an open-ended one now goes short
+    metrics = httpx.get(proxy + "/metrics").text
+    assert 'prefixgate_length_predictions_total{outcome="within",pool="long"}' in metrics
+    unknown = httpx.post(proxy + "/v1/chat/completions", json=chat(), headers={"x-prefixgate-pool": "gpu9"})
+    assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "x-prefixgate-pool"
