@@ -212,3 +212,34 @@ def test_requests_go_to_the_short_or_long_pool_by_predicted_length(
     assert 'prefixgate_length_predictions_total{outcome="within",pool="long"}' in metrics
     unknown = httpx.post(proxy + "/v1/chat/completions", json=chat(), headers={"x-prefixgate-pool": "gpu9"})
     assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "x-prefixgate-pool"
+
+
+def test_a_configured_tokenizer_counts_the_prompt(fake: FakeServer, start_proxy: Callable[..., str],
+                                                  tmp_path: Path) -> None:
+    """With the model's tokenizer.json the cap counts its tokens: here one per word plus three for the
+    role marker, so 40 words pass a cap of 50 and 60 words (63 tokens) do not, though the estimate
+    (3 characters a word) would have let both through."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train_from_iterator(["ab user", "<user>"], trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
+    path = tmp_path / "tokenizer.json"
+    tokenizer.save(str(path))
+    proxy = start_proxy(config(fake, {"max_input_tokens": 50}, tokenizer=str(path)))
+
+    def ask(words: int) -> httpx.Response:
+        body = {"model": "fake-model", "messages": [{"role": "user", "content": "ab " * words}]}
+        return httpx.post(proxy + "/v1/chat/completions", json=body, headers=AUTH)
+
+    assert ask(40).status_code == 200
+    refused = ask(60)
+    assert refused.status_code == 400 and "The prompt is 63 tokens" in refused.json()["error"]["message"]
+
+
+def test_a_missing_tokenizer_file_is_a_config_error(tmp_path: Path) -> None:
+    from proxy.config import ConfigError
+    from tests.conftest import make_config
+
+    with pytest.raises(ConfigError, match=r"tokenizer: .*no tokenizer file"):
+        make_config({"tokenizer": str(tmp_path / "missing.json")})
