@@ -197,7 +197,7 @@ class UpstreamCall:
     async def _relay_whole(self, send: Send, watch: DisconnectWatch, reply: Reply) -> None:
         body = await reply.read()
         if self.admission is not None and reply.status == 200:
-            self.usage = usage_in(body[-512:])  # usage comes last in OpenAI's and vLLM's answers
+            self.usage = usage_in(body)
         if self.answer_key is not None and reply.status == 200:
             try:
                 await self._store(orjson.loads(body))
