@@ -96,6 +96,11 @@ class PoolConfig(UpstreamConfig):
     # is not "short" (a "long" or "any" pool).
     output: Literal["any", "short", "long"] = "any"
     short_threshold: int = Field(256, ge=1)
+    # Backpressure: at most max_in_flight requests per replica (None: no cap); past it requests wait
+    # in a queue of queue_size, shared fairly by tenants, for queue_timeout seconds, else 503.
+    max_in_flight: int | None = Field(None, ge=1)
+    queue_size: int = Field(256, ge=0)
+    queue_timeout: float = Field(30.0, gt=0)
 
 
 class TenantKey(_Frozen):

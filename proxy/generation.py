@@ -166,10 +166,14 @@ class GenerationRoute:
                         gateway.metrics.observe_request(route, 200, perf_counter() - started)
                         return
                     headers.append((b"x-prefixgate-answer-cache", b"miss"))
+            if pool.gate is not None:
+                await pool.gate.acquire(tenant.name)  # may wait for a slot, or shed with 503
             try:
                 key = None if pieces is None else pool.affinity_key(pieces, view.model, salt)  # salt: as sent
                 replica = pool.pick(key)
             except OpenAIError:
+                if pool.gate is not None:
+                    pool.gate.release()
                 if fallback is None:
                     raise
                 await gateway.admission.release(admitted)
@@ -197,7 +201,7 @@ class GenerationRoute:
             route=route, metrics=gateway.metrics, started=started, headers=headers,
             model=view.model, fallback=fallback,
             answers=gateway.answers, answer_key=answer_key, answer_ttl=tenant.answer_ttl or 0.0,
-            admission=gateway.admission if admitted is not None else None, admitted=admitted,
+            admission=gateway.admission if admitted is not None else None, admitted=admitted, gate=pool.gate,
         )
         await call(scope, receive, send)
 

@@ -19,6 +19,7 @@ from policies.retry import retryable, within_budget
 from policies.usage import stream_events, streamed_completion_tokens, usage_in
 from proxy.admission import Admission, Admitted
 from proxy.answer_store import AnswerStore, storable
+from proxy.backpressure import PoolGate
 from proxy.disconnect import DisconnectWatch
 from proxy.errors import OpenAIError, sse_error_event
 from proxy.fallback import send_passages_answer
@@ -50,15 +51,16 @@ def _failure(error: UpstreamError, pool: Pool) -> OpenAIError:
 class UpstreamCall:
     """An ASGI response that performs the upstream exchange when Starlette sends it."""
 
-    __slots__ = ("admission", "admitted", "answer_key", "answer_ttl", "answers", "body", "fallback", "headers",
-                 "metrics", "model", "path", "pool", "replica", "route", "started", "status", "stream", "url", "usage")
+    __slots__ = ("admission", "admitted", "answer_key", "answer_ttl", "answers", "body", "fallback", "gate",
+                 "headers", "metrics", "model", "path", "pool", "replica", "route", "started", "status", "stream",
+                 "url", "usage")
 
     def __init__(
         self, *, pool: Pool, replica: Replica, path: str, body: bytes, stream: bool,
         route: str, metrics: Metrics, started: float, headers: list[tuple[bytes, bytes]] | None = None,
         model: str = "", fallback: str | None = None,
         answers: AnswerStore | None = None, answer_key: str | None = None, answer_ttl: float = 0.0,
-        admission: Admission | None = None, admitted: Admitted | None = None,
+        admission: Admission | None = None, admitted: Admitted | None = None, gate: PoolGate | None = None,
     ) -> None:
         self.pool = pool
         self.replica = replica
@@ -79,6 +81,7 @@ class UpstreamCall:
         self.admission = admission  # with admitted: told the usage when the answer ends
         self.admitted = admitted
         self.usage: tuple[int | None, int | None] = (None, None)  # (prompt, completion) tokens, where known
+        self.gate = gate  # holds one of the pool's slots until the exchange ends
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.replica.in_flight += 1
@@ -92,6 +95,8 @@ class UpstreamCall:
             if watch.gone:
                 self.status = CLIENT_CLOSED
             self.replica.in_flight -= 1  # the replica that took it last, after any retry
+            if self.gate is not None:
+                self.gate.release()
             self.metrics.observe_request(self.route, self.status, perf_counter() - self.started)
             if self.admission is not None:
                 assert self.admitted is not None

@@ -21,6 +21,7 @@ from policies.health import HEALTHY, EjectionRules, HealthState, after_failure, 
 from policies.length import PoolOption, choose_pool
 from policies.replica import least_loaded
 from policies.stable_prefix import Pieces
+from proxy.backpressure import PoolGate
 from proxy.config import Config, PoolConfig, Timeouts, UpstreamConfig
 from proxy.errors import OpenAIError
 from proxy.transport import Transport, UpstreamError
@@ -106,9 +107,13 @@ class Pool:
         self.option = PoolOption(name, "any", 0)
         self.max_tokens_limit: int | None = None
         self.max_tokens_default: int | None = None
+        self.gate: PoolGate | None = None  # set when the pool caps its in-flight requests
         if isinstance(config, PoolConfig):
             self.option = PoolOption(name, config.output, config.short_threshold)
             self.max_tokens_limit, self.max_tokens_default = config.max_tokens_limit, config.max_tokens_default
+            if config.max_in_flight is not None:
+                self.gate = PoolGate(name, config.max_in_flight * len(config.replicas), config.queue_size,
+                                     config.queue_timeout)
 
     def caps(self, action: str) -> TokenCaps | None:
         """This pool's max_tokens limits, applied with the tenant's action; None where it sets none."""
