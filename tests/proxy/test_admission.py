@@ -5,10 +5,6 @@ routing by predicted output length."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -17,12 +13,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
 from tests.conftest import FakeServer, pool
 from tests.support.fake_upstream import FakeUpstream
+from tests.support.gateways import gateway_processes
 from tests.support.redis_server import RedisServer
-from tests.support.servers import free_port, serve_in_thread
+from tests.support.servers import serve_in_thread
 
 KEY = "sk-tenant-acme-1"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -79,51 +75,13 @@ def test_a_thousand_concurrent_requests_against_100_per_minute_admit_exactly_100
     assert 'prefixgate_rate_limited_total{limit="requests",tenant="acme"} 900.0' in httpx.get(proxy + "/metrics").text
 
 
-@pytest.fixture
-def shared_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-def _serve(data: dict, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    path = workdir / f"gateway-{port}.yaml"
-    path.write_text(yaml.safe_dump({**data, "server": {"port": port}, "data_dir": str(workdir)}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFIXGATE_")}
-    process = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return process, f"http://127.0.0.1:{port}"
-
-
 def test_three_gateway_processes_sharing_redis_admit_exactly_100(
-    fake: FakeServer, shared_redis: RedisServer, tmp_path: Path
+    fake: FakeServer, redis_server: RedisServer, tmp_path: Path
 ) -> None:
-    data = config(fake, {"requests_per_minute": 100}, redis={"url": shared_redis.url})
-    with ExitStack() as stack:
-        gateways = []
-        for _ in range(3):
-            process, url = _serve(data, tmp_path)
-            stack.callback(process.wait, 30)
-            stack.callback(process.terminate)
-            gateways.append((process, url))
-        deadline = time.monotonic() + 60
-        for process, url in gateways:
-            while True:
-                assert process.poll() is None, "prefixgate serve exited"
-                try:
-                    if httpx.get(url + "/ready", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline, "prefixgate serve did not become ready"
-                time.sleep(0.2)
-        answers = asyncio.run(burst([url for _, url in gateways], 1000))
-    assert_exactly_100_admitted([a.status_code for a in answers])
-    # each process alone would have admitted 100 of its own ~333
+    data = config(fake, {"requests_per_minute": 100}, redis={"url": redis_server.url})
+    with gateway_processes(data, tmp_path, 3) as origins:
+        answers = asyncio.run(burst(origins, 1000))
+    assert_exactly_100_admitted([a.status_code for a in answers])  # each process alone would admit 100
 
 
 def test_max_tokens_is_defaulted_clamped_or_refused(fake: FakeServer, start_proxy: Callable[..., str]) -> None:

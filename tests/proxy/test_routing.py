@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -13,10 +10,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
 from tests.conftest import FakeServer, pool
 from tests.support.fake_upstream import FakeUpstream
+from tests.support.gateways import gateway_processes
 from tests.support.servers import free_port, serve_in_thread
 
 PROMPTS = [f"You are assistant number {n} of ACME. " + "Follow the house rules and cite sources. " * 30
@@ -71,38 +68,12 @@ def test_least_loaded_spreads_each_prompt_over_the_replicas(start_proxy: Callabl
     assert all(homes == {0, 1} for homes in placed.values()), placed
 
 
-def _serve(config: dict, workdir: Path, seed: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    path = workdir / f"prefixgate-{seed}.yaml"
-    path.write_text(yaml.safe_dump({**config, "server": {"port": port}, "data_dir": str(workdir)}))
-    process = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)],
-                               env={**os.environ, "PYTHONHASHSEED": seed}, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    return process, f"http://127.0.0.1:{port}"
-
-
 def test_independent_gateway_processes_pick_the_same_replica(tmp_path: Path, replicas: list[FakeServer]) -> None:
     """Two prefixgate processes share no state, yet send each prompt's requests to the same engine."""
     config = {"pools": [pool("p", *(r.base_url for r in replicas))]}
-    started = [_serve(config, tmp_path, seed) for seed in ("11", "22")]
-    try:
-        deadline = time.monotonic() + 60
-        for process, origin in started:
-            while True:
-                assert process.poll() is None, "prefixgate serve exited"
-                try:
-                    if httpx.get(origin + "/ready", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline, "prefixgate serve did not become ready"
-                time.sleep(0.2)
-        placed = _placement([origin for _, origin in started], replicas)  # alternating between the two
-        assert all(len(homes) == 1 for homes in placed.values()), placed
-    finally:
-        for process, _ in started:
-            process.terminate()
-            process.wait(30)
+    with gateway_processes(config, tmp_path, 2) as origins:
+        placed = _placement(origins, replicas)  # alternating between the two
+    assert all(len(homes) == 1 for homes in placed.values()), placed
 
 
 def test_a_hot_prompt_spills_to_the_next_replica_past_the_load_bound(start_proxy: Callable[..., str],

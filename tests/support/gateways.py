@@ -1,0 +1,54 @@
+"""prefixgate gateways as separate processes (`prefixgate serve`), for tests of what several
+gateway replicas do together: pick the same engine, share one rate limit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from proxy.engine import free_port
+
+
+@contextmanager
+def gateway_processes(config: dict[str, Any], workdir: Path, count: int, timeout: float = 60) -> Iterator[list[str]]:
+    """Start ``count`` gateways on ``config`` (each its own port and hash seed, so nothing they agree
+    on can come from Python's per-process hashing); yields their origins once all are ready."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFIXGATE_")}
+    started: list[tuple[subprocess.Popen[bytes], str]] = []
+    try:
+        for index in range(count):
+            port = free_port()
+            path = workdir / f"gateway-{port}.yaml"
+            path.write_text(yaml.safe_dump({**config, "server": {"port": port}, "data_dir": str(workdir)}))
+            process = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)],
+                                       env={**env, "PYTHONHASHSEED": str(11 * (index + 1))},
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            started.append((process, f"http://127.0.0.1:{port}"))
+        deadline = time.monotonic() + timeout
+        for process, origin in started:
+            while not _ready(origin):
+                assert process.poll() is None, "prefixgate serve exited"
+                assert time.monotonic() < deadline, "prefixgate serve did not become ready"
+                time.sleep(0.2)
+        yield [origin for _, origin in started]
+    finally:
+        for process, _ in started:
+            process.terminate()
+        for process, _ in started:
+            process.wait(30)
+
+
+def _ready(origin: str) -> bool:
+    try:
+        return httpx.get(origin + "/ready", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
