@@ -22,8 +22,9 @@ from policies.length import PoolOption, choose_pool
 from policies.replica import least_loaded
 from policies.stable_prefix import Pieces
 from proxy.backpressure import PoolGate
-from proxy.config import Config, PoolConfig, Timeouts, UpstreamConfig
+from proxy.config import Config
 from proxy.errors import OpenAIError
+from proxy.pool_config import PoolConfig, Timeouts, UpstreamConfig
 from proxy.transport import Transport, UpstreamError
 from proxy.transport_aiohttp import AiohttpTransport
 from proxy.transport_httpx import HttpxTransport
