@@ -3,8 +3,8 @@
 The gateway routes by it (a short-answer pool keeps chat replies from queueing behind long
 generations) and reserves rate-limit tokens by it. The best signal is what the same tenant's same
 kind of request produced before: requests that share a system prompt (a template) ask the same
-kind of question, so each (tenant, template) keeps its recent completion lengths, an EMA and a
-window of the last values for quantiles. Until a key has a few samples a prior decides from the
+kind of question, so each (tenant, template) keeps a window of its last completion lengths, and
+their quantiles are the prediction. Until a key has a few samples a prior decides from the
 request alone: the client's max_tokens is an upper bound it chose; tool calls and JSON answers are
 short; with nothing known the answer is assumed long, since sending a long answer to the short pool
 costs more than the reverse.
@@ -19,7 +19,6 @@ from typing import Any, Literal
 
 MIN_SAMPLES = 8  # below this a key's history is too thin to trust
 RECENT = 64  # completion lengths kept per key for quantiles
-EMA_WEIGHT = 0.1
 UNKNOWN_P90 = 1024  # no max_tokens, no history, nothing that says short
 TOOLS_P90 = 256  # a tool call's arguments, as JSON
 JSON_P90 = 512  # a structured answer
@@ -30,15 +29,13 @@ class LengthFeatures:
     max_tokens: int | None
     tools: bool = False
     json_answer: bool = False
-    n: int = 1
 
 
 def features_of(body: dict[str, Any], max_tokens: int | None) -> LengthFeatures:
     response_format = body.get("response_format")
     json_answer = isinstance(response_format, dict) and response_format.get("type") in ("json_object", "json_schema")
     tools = bool(body.get("tools")) and body.get("tool_choice") != "none"
-    n = body.get("n")
-    return LengthFeatures(max_tokens, tools, json_answer, n if isinstance(n, int) and n > 0 else 1)
+    return LengthFeatures(max_tokens, tools, json_answer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,19 +47,17 @@ class Prediction:
 
 
 class LengthHistory:
-    """Recent completion lengths of one (tenant, template): an EMA and a sorted window."""
+    """Recent completion lengths of one (tenant, template), kept sorted too for quantiles."""
 
-    __slots__ = ("count", "ema", "recent", "sorted")
+    __slots__ = ("count", "recent", "sorted")
 
     def __init__(self) -> None:
         self.count = 0
-        self.ema = 0.0
         self.recent: deque[int] = deque()
         self.sorted: list[int] = []
 
     def observe(self, tokens: int) -> None:
         self.count += 1
-        self.ema = tokens if self.count == 1 else self.ema + EMA_WEIGHT * (tokens - self.ema)
         self.recent.append(tokens)
         bisect.insort(self.sorted, tokens)
         if len(self.recent) > RECENT:

@@ -159,12 +159,16 @@ class Config(_Frozen):
             raise ValueError(f"pool names must be unique; repeated: {', '.join(duplicates)}")
         return pools
 
-    def tenant_prompt(self, tenant: str) -> PromptConfig:
-        """The top-level prompt settings with this tenant's own fields laid over them."""
+    def _tenant_section(self, tenant: str, name: Literal["prompt", "limits"]) -> Any:
+        """The top-level section ``name`` with this tenant's own fields of it laid over them."""
+        base = getattr(self, name)
         own = self.tenants.get(tenant)
         if own is None:
-            return self.prompt
-        return PromptConfig.model_validate({**self.prompt.model_dump(), **own.prompt.model_dump(exclude_unset=True)})
+            return base
+        return type(base).model_validate({**base.model_dump(), **getattr(own, name).model_dump(exclude_unset=True)})
+
+    def tenant_prompt(self, tenant: str) -> PromptConfig:
+        return self._tenant_section(tenant, "prompt")
 
     @field_validator("tokenizer")
     @classmethod
@@ -174,11 +178,7 @@ class Config(_Frozen):
         return path
 
     def tenant_limits(self, tenant: str) -> LimitsConfig:
-        """The top-level limits with this tenant's own fields laid over them."""
-        own = self.tenants.get(tenant)
-        if own is None:
-            return self.limits
-        return LimitsConfig.model_validate({**self.limits.model_dump(), **own.limits.model_dump(exclude_unset=True)})
+        return self._tenant_section(tenant, "limits")
 
     def qdrant_path(self) -> Path:
         return Path(self.retrieval.qdrant_path or Path(self.data_dir) / "qdrant")

@@ -249,12 +249,16 @@ class Upstreams:
                 return self.embeddings
         if named is not None:
             return self._named(named, model)
-        serving = [pool for pool in self.pools if pool.serves(model)] or [p for p in self.pools if p.catch_all]
-        if len(serving) > 1 and predicted_p90 is not None:
-            choice = choose_pool([pool.option for pool in serving], predicted_p90)
-            return self.by_name[choice.name]
-        if serving:
-            return serving[0]
+        if predicted_p90 is not None and self.routes_by_length:
+            serving = [pool for pool in self.pools if pool.serves(model)] or [p for p in self.pools if p.catch_all]
+            if serving:
+                return self.by_name[choose_pool([pool.option for pool in serving], predicted_p90).name]
+        for pool in self.pools:  # the common case: no list built per request
+            if pool.serves(model):
+                return pool
+        for pool in self.pools:
+            if pool.catch_all:
+                return pool
         raise OpenAIError(
             404, f"The model '{model}' does not exist or is not served here.", param="model", code="model_not_found"
         )
