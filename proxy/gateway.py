@@ -53,6 +53,7 @@ class Gateway:
     @classmethod
     async def start(cls, config: Config, metrics: Metrics) -> Gateway:
         upstreams = Upstreams(config)
+        metrics.load.upstreams = upstreams
         await upstreams.discover()
         upstreams.start_checks()
         retriever = await Retriever.start(config, metrics) if config.wants_retrieval else None

@@ -28,7 +28,6 @@ from proxy.admission import Admitted
 from proxy.answer_store import send_stored_answer
 from proxy.body import ClientGone, decode_json, read_body
 from proxy.errors import OpenAIError
-from proxy.fallback import send_passages_answer
 from proxy.gateway import Gateway, TenantPolicy
 from proxy.relay import CLIENT_CLOSED, UpstreamCall
 from proxy.retrieval import Retriever
@@ -166,21 +165,7 @@ class GenerationRoute:
                         gateway.metrics.observe_request(route, 200, perf_counter() - started)
                         return
                     headers.append((b"x-prefixgate-answer-cache", b"miss"))
-            if pool.gate is not None:
-                await pool.gate.acquire(tenant.name)  # may wait for a slot, or shed with 503
-            try:
-                key = None if pieces is None else pool.affinity_key(pieces, view.model, salt)  # salt: as sent
-                replica = pool.pick(key)
-            except OpenAIError:
-                if pool.gate is not None:
-                    pool.gate.release()
-                if fallback is None:
-                    raise
-                await gateway.admission.release(admitted)
-                gateway.metrics.observe_request(route, 200, perf_counter() - started)
-                await send_passages_answer(send, model=view.model, evidence=fallback, stream=view.stream,
-                                           reason="no_healthy_upstream")
-                return
+            key = None if pieces is None else pool.affinity_key(pieces, view.model, salt)  # salt: as sent
         except OpenAIError as error:
             await gateway.admission.release(admitted)
             gateway.metrics.observe_request(route, error.status, perf_counter() - started)
@@ -197,11 +182,11 @@ class GenerationRoute:
             await OpenAIError(500, "Internal error in prefixgate.", type="server_error").send(send)
             return
         call = UpstreamCall(
-            pool=pool, replica=replica, path=route, body=raw, stream=view.stream,
+            pool=pool, key=key, tenant=tenant.name, path=route, body=raw, stream=view.stream,
             route=route, metrics=gateway.metrics, started=started, headers=headers,
             model=view.model, fallback=fallback,
             answers=gateway.answers, answer_key=answer_key, answer_ttl=tenant.answer_ttl or 0.0,
-            admission=gateway.admission if admitted is not None else None, admitted=admitted, gate=pool.gate,
+            admission=gateway.admission if admitted is not None else None, admitted=admitted,
         )
         await call(scope, receive, send)
 

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from proxy.upstream import Upstreams
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 PREFIX_TOKEN_BUCKETS = (0, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
@@ -92,6 +100,17 @@ class Metrics:
             "prefixgate_length_predictions", "Answers at or below their predicted p90 length (within) or above it.",
             ["pool", "outcome"], registry=self.registry,
         )
+        self._shed = Counter(
+            "prefixgate_shed", "Requests a pool turned away before any engine work, by pool and reason "
+            "(queue_full, queue_share_exceeded, queue_timeout, no_healthy_upstream).",
+            ["pool", "reason"], registry=self.registry,
+        )
+        self._queue_wait = Histogram(
+            "prefixgate_queue_wait_seconds", "Time requests to a pool with max_in_flight waited for a slot.",
+            ["pool"], buckets=LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.load = LoadCollector()
+        self.registry.register(self.load)
         self._children: dict[tuple[str, ...], tuple[Counter, Histogram]] = {}
         self._tenant_children: dict[str, tuple[Histogram, Histogram, Counter]] = {}
         self._ttft_children: dict[str, Histogram] = {}
@@ -154,5 +173,35 @@ class Metrics:
         self._output_tokens.labels(pool, "actual").observe(actual)
         self._predictions.labels(pool, "within" if actual <= predicted_p90 else "above").inc()
 
+    def shed(self, pool: str, reason: str) -> None:
+        self._shed.labels(pool, reason).inc()
+
+    def observe_queue_wait(self, pool: str, seconds: float) -> None:
+        self._queue_wait.labels(pool).observe(seconds)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class LoadCollector(Collector):
+    """Requests in flight and queued, and replica health, read from the pools at scrape time, so
+    the request path updates nothing for them."""
+
+    def __init__(self) -> None:
+        self.upstreams: Upstreams | None = None  # set once the gateway has started
+
+    def collect(self) -> Iterator[Metric]:
+        in_flight = GaugeMetricFamily("prefixgate_replica_in_flight", "Requests in flight to each replica.",
+                                      labels=["pool", "replica"])
+        healthy = GaugeMetricFamily("prefixgate_replica_healthy", "1 while a replica takes requests, 0 while "
+                                    "it is ejected.", labels=["pool", "replica"])
+        queued = GaugeMetricFamily("prefixgate_pool_queued", "Requests waiting for a slot in a pool's queue.",
+                                   labels=["pool"])
+        if self.upstreams is not None:
+            for pool in self.upstreams.all_pools():
+                for replica in pool.replicas:
+                    in_flight.add_metric([pool.name, replica.base_url], replica.in_flight)
+                    healthy.add_metric([pool.name, replica.base_url], 0 if replica.health.tripped else 1)
+                if pool.gate is not None:
+                    queued.add_metric([pool.name], pool.gate.queue.size)
+        yield from (in_flight, healthy, queued)

@@ -82,3 +82,7 @@ class PoolConfig(UpstreamConfig):
     max_in_flight: int | None = Field(None, ge=1)
     queue_size: int = Field(256, ge=0)
     queue_timeout: float = Field(30.0, gt=0)
+    # A stream still waiting for its first token (queued or in prefill) after stream_keepalive seconds
+    # gets its 200 and SSE comment lines every stream_keepalive seconds, so idle timeouts of load
+    # balancers in between do not cut it (see proxy/keepalive.py). None: off.
+    stream_keepalive: float | None = Field(None, gt=0)

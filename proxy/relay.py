@@ -19,10 +19,10 @@ from policies.retry import retryable, within_budget
 from policies.usage import stream_events, streamed_completion_tokens, usage_in
 from proxy.admission import Admission, Admitted
 from proxy.answer_store import AnswerStore, storable
-from proxy.backpressure import PoolGate
 from proxy.disconnect import DisconnectWatch
 from proxy.errors import OpenAIError, sse_error_event
 from proxy.fallback import send_passages_answer
+from proxy.keepalive import KeepAlive
 from proxy.metrics import Metrics
 from proxy.transport import Reply, UpstreamBroken, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from proxy.upstream import Pool, Replica
@@ -52,20 +52,22 @@ class UpstreamCall:
     """An ASGI response that performs the upstream exchange when Starlette sends it."""
 
     __slots__ = ("admission", "admitted", "answer_key", "answer_ttl", "answers", "body", "fallback", "gate",
-                 "headers", "metrics", "model", "path", "pool", "replica", "route", "started", "status", "stream",
-                 "url", "usage")
+                 "headers", "keepalive", "key", "metrics", "model", "path", "pool", "replica", "route", "started",
+                 "status", "stream", "tenant", "url", "usage")
 
     def __init__(
-        self, *, pool: Pool, replica: Replica, path: str, body: bytes, stream: bool,
+        self, *, pool: Pool, key: int | None, tenant: str, path: str, body: bytes, stream: bool,
         route: str, metrics: Metrics, started: float, headers: list[tuple[bytes, bytes]] | None = None,
         model: str = "", fallback: str | None = None,
         answers: AnswerStore | None = None, answer_key: str | None = None, answer_ttl: float = 0.0,
-        admission: Admission | None = None, admitted: Admitted | None = None, gate: PoolGate | None = None,
+        admission: Admission | None = None, admitted: Admitted | None = None,
     ) -> None:
         self.pool = pool
-        self.replica = replica
+        self.key = key  # the prompt's affinity key, for the replica choice
+        self.tenant = tenant  # for the queue's fairness
+        self.replica: Replica | None = None  # chosen once a slot is held
         self.path = path
-        self.url = replica.base_url + path
+        self.url = ""
         self.body = body
         self.stream = stream
         self.route = route
@@ -81,26 +83,78 @@ class UpstreamCall:
         self.admission = admission  # with admitted: told the usage when the answer ends
         self.admitted = admitted
         self.usage: tuple[int | None, int | None] = (None, None)  # (prompt, completion) tokens, where known
-        self.gate = gate  # holds one of the pool's slots until the exchange ends
+        self.gate = pool.gate  # when set, a slot of it is held until the exchange ends
+        self.keepalive: KeepAlive | None = None  # ticks while a stream waits for its first chunk
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self.replica.in_flight += 1
         watch = DisconnectWatch(receive)
+        holds_slot = False
+        if self.stream and self.pool.stream_keepalive is not None:
+            headers = [*_SSE_HEADERS, *self.headers] if self.headers else _SSE_HEADERS
+            self.keepalive = KeepAlive(send, self.pool.stream_keepalive, headers)
+            self.keepalive.start()
         try:
             async with watch:
+                try:
+                    if self.gate is not None:
+                        queued = perf_counter()
+                        try:
+                            await self.gate.acquire(self.tenant)  # may wait for a slot, or shed with 503
+                        finally:
+                            self.metrics.observe_queue_wait(self.pool.name, perf_counter() - queued)
+                        holds_slot = True
+                    self._take(self.pool.pick(self.key))
+                except OpenAIError as refusal:
+                    watch.finished = True
+                    await self._refuse(send, refusal)
+                    return
                 await self._exchange(send, watch)
         except OSError:  # uvicorn's ClientDisconnected: the client left between two writes
             watch.gone = True
         finally:
+            if self.keepalive is not None:
+                self.keepalive.cancel()
             if watch.gone:
                 self.status = CLIENT_CLOSED
-            self.replica.in_flight -= 1  # the replica that took it last, after any retry
-            if self.gate is not None:
-                self.gate.release()
+            if self.replica is not None:
+                self.replica.in_flight -= 1  # the replica that took it last, after any retry
+            if holds_slot:
+                self.gate.release()  # type: ignore[union-attr]
             self.metrics.observe_request(self.route, self.status, perf_counter() - self.started)
             if self.admission is not None:
                 assert self.admitted is not None
-                await self.admission.finish(self.admitted, self.pool.name, *self.usage)
+                if self.replica is None:  # refused or gone before any engine work
+                    await self.admission.release(self.admitted)
+                else:
+                    await self.admission.finish(self.admitted, self.pool.name, *self.usage)
+
+    def _take(self, replica: Replica) -> None:
+        replica.in_flight += 1
+        self.replica = replica
+        self.url = replica.base_url + self.path
+
+    @property
+    def _committed(self) -> bool:
+        """A keep-alive has sent the status line: what follows can only be SSE events."""
+        return self.keepalive is not None and self.keepalive.started
+
+    async def _refuse(self, send: Send, refusal: OpenAIError) -> None:
+        """No slot, or no replica: the error (the passages answer, where the tenant has one and no
+        replica is healthy)."""
+        if self.keepalive is not None:
+            await self.keepalive.stop()
+        self.metrics.shed(self.pool.name, refusal.code or "refused")
+        if self.fallback is not None and not self._committed and refusal.code == "no_healthy_upstream":
+            self.status = 200
+            await send_passages_answer(send, model=self.model, evidence=self.fallback, stream=self.stream,
+                                       reason="no_healthy_upstream")
+        elif self._committed:
+            self.status = refusal.status
+            await send({"type": "http.response.body", "more_body": False,
+                        "body": sse_error_event(refusal.message, refusal.type, refusal.code)})
+        else:
+            self.status = refusal.status
+            await refusal.send(send)
 
     async def _exchange(self, send: Send, watch: DisconnectWatch) -> None:
         timeouts = self.pool.timeouts
@@ -114,9 +168,13 @@ class UpstreamCall:
                 streaming = self.stream and reply.status == 200
                 first = await reply.next_chunk() if streaming else b""
                 waiting = False
+                if self.keepalive is not None:
+                    await self.keepalive.stop()
                 deadline.reschedule(now + timeouts.total)
                 if streaming:
                     await self._relay_stream(send, watch, reply, first)
+                elif self._committed:
+                    await self._relay_error_event(send, watch, reply)
                 else:
                     await self._relay_whole(send, watch, reply)
                 complete = True
@@ -127,18 +185,23 @@ class UpstreamCall:
                 error = UpstreamTimeout("no first byte in time" if waiting else "total timeout")
             self.metrics.upstream_error(self.pool.name, error.kind)
             # Slow is load, not ill health (active checks catch a hung replica); _post counted refusals.
-            if error.kind not in ("timeout", "connect"):
+            if error.kind not in ("timeout", "connect") and self.replica is not None:
                 self.replica.failed()
             watch.finished = True
-            if self.status == CLIENT_CLOSED and self.fallback is not None and error.kind in ("timeout", "connect"):
+            if self.keepalive is not None:
+                await self.keepalive.stop()
+            fresh = self.status == CLIENT_CLOSED and not self._committed  # nothing sent yet
+            if fresh and self.fallback is not None and error.kind in ("timeout", "connect"):
                 self.status = 200
                 await send_passages_answer(send, model=self.model, evidence=self.fallback, stream=self.stream,
                                            reason="upstream_" + error.kind)
-            elif self.status == CLIENT_CLOSED:  # nothing sent yet: a proper status code
+            elif fresh:  # a proper status code
                 failure = _failure(error, self.pool)
                 self.status = failure.status
                 await failure.send(send)
             else:
+                if self.status == CLIENT_CLOSED:  # only keep-alives went out
+                    self.status = _failure(error, self.pool).status
                 event = sse_error_event(
                     f"Upstream stream ended early ({error.kind}).", "upstream_error", "upstream_" + error.kind
                 )
@@ -155,6 +218,7 @@ class UpstreamCall:
         try:
             while True:
                 replica = self.replica
+                assert replica is not None
                 try:
                     reply = await replica.transport.post(self.url, self.body)
                 except UpstreamUnreachable:
@@ -184,13 +248,12 @@ class UpstreamCall:
         if attempt == 0 and not within_budget(pool.retrying, pool.in_flight(), pool.retry_budget,
                                               MIN_RETRY_CONCURRENCY):
             return False
+        assert self.replica is not None
         other = pool.alternate(self.replica)
         if other is None:
             return False
         self.replica.in_flight -= 1
-        other.in_flight += 1
-        self.replica = other
-        self.url = other.base_url + self.path
+        self._take(other)
         self.metrics.upstream_retry(pool.name)
         return True
 
@@ -223,10 +286,29 @@ class UpstreamCall:
         watch.finished = True
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
+    async def _relay_error_event(self, send: Send, watch: DisconnectWatch, reply: Reply) -> None:
+        """The engine refused a stream after keep-alives went out with a 200: its error as the last event."""
+        body = await reply.read()
+        self.status = reply.status
+        if reply.status >= 500:
+            self.metrics.upstream_error(self.pool.name, "status_5xx")
+        try:
+            error = orjson.loads(body).get("error")
+        except (orjson.JSONDecodeError, AttributeError):
+            error = None
+        if isinstance(error, dict):
+            event = b"data: " + orjson.dumps({"error": error}) + b"\n\n"
+        else:
+            event = sse_error_event(f"Upstream answered HTTP {reply.status}.", "upstream_error",
+                                    f"upstream_status_{reply.status}")
+        watch.finished = True
+        await send({"type": "http.response.body", "body": event, "more_body": False})
+
     async def _relay_stream(self, send: Send, watch: DisconnectWatch, reply: Reply, first: bytes) -> None:
         self.status = 200
-        headers = [*_SSE_HEADERS, *self.headers] if self.headers else _SSE_HEADERS
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        if not self._committed:
+            headers = [*_SSE_HEADERS, *self.headers] if self.headers else _SSE_HEADERS
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
         if first:
             self.metrics.observe_ttft(self.route, perf_counter() - self.started)
         chunk = first

@@ -109,9 +109,11 @@ class Pool:
         self.max_tokens_limit: int | None = None
         self.max_tokens_default: int | None = None
         self.gate: PoolGate | None = None  # set when the pool caps its in-flight requests
+        self.stream_keepalive: float | None = None  # seconds between SSE comments while a stream waits
         if isinstance(config, PoolConfig):
             self.option = PoolOption(name, config.output, config.short_threshold)
             self.max_tokens_limit, self.max_tokens_default = config.max_tokens_limit, config.max_tokens_default
+            self.stream_keepalive = config.stream_keepalive
             if config.max_in_flight is not None:
                 self.gate = PoolGate(name, config.max_in_flight * len(config.replicas), config.queue_size,
                                      config.queue_timeout)
@@ -235,7 +237,7 @@ class Upstreams:
         self._checks = [asyncio.get_running_loop().create_task(pool.check_forever(), name=f"health {pool.name}")
                         for pool in self.pools if pool.checks.interval > 0 and len(pool.replicas) > 1]
 
-    def _all(self) -> Iterable[Pool]:
+    def all_pools(self) -> Iterable[Pool]:
         yield from self.pools
         if self.embeddings is not None:
             yield self.embeddings
@@ -276,12 +278,12 @@ class Upstreams:
     async def discover(self) -> None:
         """Learn what pools without declared models serve; a pool that does not answer stays catch-all."""
         await asyncio.gather(
-            *(p.fetch_models(self._lookup_timeout) for p in self._all() if not p.declared_models),
+            *(p.fetch_models(self._lookup_timeout) for p in self.all_pools() if not p.declared_models),
             return_exceptions=True,
         )
 
     async def list_models(self) -> list[dict[str, Any]]:
-        lists = await asyncio.gather(*(p.fetch_models(self._lookup_timeout) for p in self._all()))
+        lists = await asyncio.gather(*(p.fetch_models(self._lookup_timeout) for p in self.all_pools()))
         seen: dict[str, dict[str, Any]] = {}
         for cards in lists:
             for card in cards:
@@ -296,5 +298,5 @@ class Upstreams:
         for task in self._checks:
             task.cancel()
         await asyncio.gather(*self._checks, return_exceptions=True)
-        await asyncio.gather(*(p.aclose() for p in self._all()))
+        await asyncio.gather(*(p.aclose() for p in self.all_pools()))
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import httpx
 
 from tests.conftest import FakeServer, pool
+from tests.support.metrics_text import sample_sum
 
 KEYS = {"greedy": "sk-greedy-tenant-1", "modest": "sk-modest-tenant-1"}
 
@@ -50,6 +51,10 @@ def test_a_greedy_tenant_cannot_keep_another_out_of_the_queue(
     assert Counter(a.status_code for a in greedy) == {200: 3, 503: 5}, codes
     assert codes == {"queue_full": 3, "queue_share_exceeded": 2}
     assert all(int(a.headers["retry-after"]) >= 1 for a in greedy if a.status_code == 503)
+    metrics = httpx.get(proxy + "/metrics").text
+    assert sample_sum(metrics, "prefixgate_shed_total", pool="p", reason="queue_full") == 3
+    assert sample_sum(metrics, "prefixgate_shed_total", pool="p", reason="queue_share_exceeded") == 2
+    assert sample_sum(metrics, "prefixgate_queue_wait_seconds_count", pool="p") == 10
 
 
 def test_a_wait_past_the_queue_timeout_is_answered_503(fake: FakeServer, start_proxy: Callable[..., str]) -> None:
@@ -86,3 +91,30 @@ async def _burst_over(proxy: str) -> list[int]:
     async with httpx.AsyncClient(timeout=60) as client:
         return [a.status_code for a in await asyncio.gather(*(ask(client, proxy, "greedy", slow_chat())
                                                                for _ in range(6)))]
+
+
+def test_a_client_that_leaves_the_queue_frees_its_place(fake: FakeServer, start_proxy: Callable[..., str]) -> None:
+    """One slot, one place: the waiter gives up, so the next request may wait instead of being shed.
+    Meanwhile /metrics shows the load: one request in flight, one queued."""
+    proxy = start_proxy(config(fake, max_in_flight=1, queue_size=1, queue_timeout=30))
+
+    async def scenario() -> tuple[int, str, int]:
+        completed = fake.app.stats.completed
+        async with httpx.AsyncClient(timeout=60) as client:
+            running = asyncio.create_task(ask(client, proxy, "greedy", slow_chat(tokens=6, delay_ms=100)))
+            await asyncio.sleep(0.15)
+            leaving = asyncio.create_task(ask(client, proxy, "greedy", slow_chat()))
+            await asyncio.sleep(0.15)
+            load = (await client.get(proxy + "/metrics")).text
+            leaving.cancel()  # the client closes its connection while queued
+            await asyncio.sleep(0.1)
+            after = await ask(client, proxy, "greedy", slow_chat(tokens=1, delay_ms=1))
+            assert (await running).status_code == 200
+            return after.status_code, load, fake.app.stats.completed - completed
+
+    status, load, completed = asyncio.run(scenario())
+    assert status == 200
+    assert completed == 2  # the one that left never reached the engine
+    assert sample_sum(load, "prefixgate_replica_in_flight", pool="p") == 1
+    assert sample_sum(load, "prefixgate_pool_queued", pool="p") == 1
+    assert sample_sum(load, "prefixgate_replica_healthy", pool="p") == 1

@@ -1,0 +1,64 @@
+"""SSE comment keep-alives while a stream waits for its first token.
+
+A streaming request can wait long before its first token: in the pool's queue, then in the
+engine's prefill. Load balancers and client libraries with idle timeouts (60 s is common) cut a
+connection that carries no bytes for that long. With ``stream_keepalive`` set on a pool, the
+gateway answers 200 with SSE headers once a stream has waited that long and sends a comment line
+(``: keep-alive``) each interval until the first chunk; SSE clients, OpenAI's SDKs included,
+skip comment lines. The price: once the status line is out, a later refusal or upstream error
+can only be an SSE error event, so the interval should exceed a typical wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from starlette.types import Send
+
+COMMENT = b": keep-alive\n\n"
+
+
+class KeepAlive:
+    """Ticks from a task of its own, so the waiting code awaits its queue slot or first chunk as
+    usual; stopped before the first real write, so its writes never interleave with the answer's."""
+
+    __slots__ = ("_stop", "_task", "headers", "interval", "send", "started")
+
+    def __init__(self, send: Send, interval: float, headers: list[tuple[bytes, bytes]]) -> None:
+        self.send = send
+        self.interval = interval
+        self.headers = headers  # the stream's response headers, sent with the first comment
+        self.started = False  # the status line and headers are out
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._tick())
+
+    async def _tick(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._stop.wait(), self.interval)
+                return
+            except TimeoutError:
+                pass
+            try:
+                if not self.started:
+                    self.started = True
+                    await self.send({"type": "http.response.start", "status": 200, "headers": self.headers})
+                await self.send({"type": "http.response.body", "body": COMMENT, "more_body": True})
+            except OSError:  # the client left; the request's own disconnect watch ends it
+                return
+
+    async def stop(self) -> None:
+        """Let a tick under way finish its write, then end the ticks."""
+        task, self._task = self._task, None
+        if task is not None:
+            self._stop.set()
+            await task
+
+    def cancel(self) -> None:
+        """The request is over by an error or the client's leaving: no tick need finish."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
