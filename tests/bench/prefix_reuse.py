@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -47,6 +46,7 @@ from policies.prompt import PromptPolicy, rewrite_chat  # noqa: E402
 from proxy.auth import OPEN_TENANT  # noqa: E402
 from proxy.engine import LocalEngine, free_port  # noqa: E402
 from proxy.tiny_model import ensure_tiny_model  # noqa: E402
+from tests.bench.processes import start_gateway as start_prefixgate  # noqa: E402
 from tests.bench.report import write_block  # noqa: E402
 from tests.support.metrics_text import sample_sum  # noqa: E402
 
@@ -192,26 +192,11 @@ def summarize(samples: list[float], hits: float, queries: float, requests: int) 
 
 
 def start_gateway(engine_base: str, model: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    config = workdir / "prefixgate.yaml"
-    config.write_text(yaml.safe_dump({
-        "server": {"port": port}, "data_dir": str(workdir),
+    process, origin = start_prefixgate({
         "pools": [{"name": "bench", "replicas": [engine_base], "models": [model]}],
         "prompt": {"scope": "history"},  # workload (a) puts its timestamp in the first user turn
-    }))
-    log = open(workdir / "prefixgate.log", "wb")
-    process = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", "--config", str(config)],
-                               cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)  # inherits this process's cores
-    origin = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(origin + "/ready", timeout=2).status_code == 200:
-                return process, origin + "/v1"
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    process.kill()
-    raise RuntimeError("prefixgate did not become ready:\n" + (workdir / "prefixgate.log").read_text()[-3000:])
+    }, workdir)
+    return process, origin + "/v1"
 
 
 def plot(results: list[dict[str, Any]], path: Path) -> None:

