@@ -157,6 +157,9 @@ class Config(_Frozen):
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise ValueError(f"pool names must be unique; repeated: {', '.join(duplicates)}")
+        for pool in pools:
+            if pool.overflow_to is not None and (pool.overflow_to not in names or pool.overflow_to == pool.name):
+                raise ValueError(f"pool '{pool.name}': overflow_to names no other pool ('{pool.overflow_to}')")
         return pools
 
     def _tenant_section(self, tenant: str, name: Literal["prompt", "limits"]) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from policies.admission import TokenCaps
@@ -16,6 +17,7 @@ from proxy.answer_store import AnswerStore
 from proxy.auth import OPEN_TENANT, KeyTable
 from proxy.config import Config, LimitsConfig, PromptConfig
 from proxy.limiter import open_limiter
+from proxy.litellm_pool import load_litellm
 from proxy.metrics import Metrics
 from proxy.prefix_meter import PrefixMeter
 from proxy.retrieval import Retriever
@@ -54,6 +56,8 @@ class Gateway:
     async def start(cls, config: Config, metrics: Metrics) -> Gateway:
         upstreams = Upstreams(config)
         metrics.load.upstreams = upstreams
+        if any(pool.kind == "litellm" for pool in config.pools):
+            await asyncio.to_thread(load_litellm)  # about a second of imports, off the event loop
         await upstreams.discover()
         upstreams.start_checks()
         retriever = await Retriever.start(config, metrics) if config.wants_retrieval else None

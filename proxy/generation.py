@@ -27,9 +27,10 @@ from policies.validate import validate_request
 from proxy.admission import Admitted
 from proxy.answer_store import send_stored_answer
 from proxy.body import ClientGone, decode_json, read_body
+from proxy.dispatch import UpstreamCall
 from proxy.errors import OpenAIError
 from proxy.gateway import Gateway, TenantPolicy
-from proxy.relay import CLIENT_CLOSED, UpstreamCall
+from proxy.relay import CLIENT_CLOSED
 from proxy.retrieval import Retriever
 
 log = logging.getLogger("prefixgate")

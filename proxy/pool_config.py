@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from proxy.frozen import Frozen as _Frozen
 
@@ -68,6 +68,16 @@ class UpstreamConfig(_Frozen):
 
 class PoolConfig(UpstreamConfig):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    replicas: list[str] = Field(default_factory=list)  # required unless kind is litellm
+    # kind "litellm": no replicas; requests go through litellm.acompletion to litellm_model (a
+    # provider/model string such as "anthropic/claude-3-5-haiku-latest"; default: the request's own
+    # model), at api_base when set, with api_key. It serves only the models it lists.
+    kind: Literal["openai", "litellm"] = "openai"
+    litellm_model: str | None = None
+    api_base: str | None = None
+    # When this pool sheds a request (queue full, tenant past its share, queue timeout, no healthy
+    # replica), it goes to this pool instead, once (the overflow pool's own overflow_to is not followed).
+    overflow_to: str | None = None
     # Output tokens this pool allows: a request above max_tokens_limit is clamped or refused (the
     # tenant's max_tokens_action); one without max_tokens gets max_tokens_default (when the tenant sets none).
     max_tokens_limit: int | None = Field(None, ge=1)
@@ -86,3 +96,13 @@ class PoolConfig(UpstreamConfig):
     # gets its 200 and SSE comment lines every stream_keepalive seconds, so idle timeouts of load
     # balancers in between do not cut it (see proxy/keepalive.py). None: off.
     stream_keepalive: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> PoolConfig:
+        if self.kind == "openai" and not self.replicas:
+            raise ValueError(f"pool '{self.name}' needs replicas (base URLs such as http://127.0.0.1:8000/v1)")
+        if self.kind == "litellm" and self.replicas:
+            raise ValueError(f"pool '{self.name}' is of kind litellm: give api_base instead of replicas")
+        if self.kind == "openai" and (self.litellm_model or self.api_base):
+            raise ValueError(f"pool '{self.name}': litellm_model and api_base are for kind litellm")
+        return self

@@ -12,7 +12,7 @@ import asyncio
 from time import perf_counter
 
 import orjson
-from starlette.types import Receive, Scope, Send
+from starlette.types import Send
 
 from policies.answer_cache import completion_from_stream
 from policies.retry import retryable, within_budget
@@ -30,7 +30,7 @@ from proxy.upstream import Pool, Replica
 MIN_RETRY_CONCURRENCY = 3  # retries a pool may run at once however few requests it has
 CLIENT_CLOSED = 499  # nginx's code for "client closed the request", used in metrics only
 _DONE = b"data: [DONE]"
-_SSE_HEADERS = [
+SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),  # tell nginx-style proxies in front not to buffer the stream
@@ -48,12 +48,13 @@ def _failure(error: UpstreamError, pool: Pool) -> OpenAIError:
     return OpenAIError(502, f"Upstream pool '{pool.name}' broke off its answer.", code="upstream_broken")
 
 
-class UpstreamCall:
-    """An ASGI response that performs the upstream exchange when Starlette sends it."""
+class Exchange:
+    """One request's exchange with a replica: the state of the call, the retry and the relay.
+    proxy/dispatch.py's UpstreamCall adds where it goes (slot, replica, overflow) around it."""
 
     __slots__ = ("admission", "admitted", "answer_key", "answer_ttl", "answers", "body", "fallback", "gate",
-                 "headers", "keepalive", "key", "metrics", "model", "path", "pool", "replica", "route", "started",
-                 "status", "stream", "tenant", "url", "usage")
+                 "headers", "holds_slot", "keepalive", "key", "metrics", "model", "path", "pool", "replica", "route",
+                 "started", "status", "stream", "tenant", "url", "usage")
 
     def __init__(
         self, *, pool: Pool, key: int | None, tenant: str, path: str, body: bytes, stream: bool,
@@ -83,50 +84,9 @@ class UpstreamCall:
         self.admission = admission  # with admitted: told the usage when the answer ends
         self.admitted = admitted
         self.usage: tuple[int | None, int | None] = (None, None)  # (prompt, completion) tokens, where known
-        self.gate = pool.gate  # when set, a slot of it is held until the exchange ends
+        self.gate = pool.gate  # when set, a slot of it is held (holds_slot) until the exchange ends
+        self.holds_slot = False
         self.keepalive: KeepAlive | None = None  # ticks while a stream waits for its first chunk
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        watch = DisconnectWatch(receive)
-        holds_slot = False
-        if self.stream and self.pool.stream_keepalive is not None:
-            headers = [*_SSE_HEADERS, *self.headers] if self.headers else _SSE_HEADERS
-            self.keepalive = KeepAlive(send, self.pool.stream_keepalive, headers)
-            self.keepalive.start()
-        try:
-            async with watch:
-                try:
-                    if self.gate is not None:
-                        queued = perf_counter()
-                        try:
-                            await self.gate.acquire(self.tenant)  # may wait for a slot, or shed with 503
-                        finally:
-                            self.metrics.observe_queue_wait(self.pool.name, perf_counter() - queued)
-                        holds_slot = True
-                    self._take(self.pool.pick(self.key))
-                except OpenAIError as refusal:
-                    watch.finished = True
-                    await self._refuse(send, refusal)
-                    return
-                await self._exchange(send, watch)
-        except OSError:  # uvicorn's ClientDisconnected: the client left between two writes
-            watch.gone = True
-        finally:
-            if self.keepalive is not None:
-                self.keepalive.cancel()
-            if watch.gone:
-                self.status = CLIENT_CLOSED
-            if self.replica is not None:
-                self.replica.in_flight -= 1  # the replica that took it last, after any retry
-            if holds_slot:
-                self.gate.release()  # type: ignore[union-attr]
-            self.metrics.observe_request(self.route, self.status, perf_counter() - self.started)
-            if self.admission is not None:
-                assert self.admitted is not None
-                if self.replica is None:  # refused or gone before any engine work
-                    await self.admission.release(self.admitted)
-                else:
-                    await self.admission.finish(self.admitted, self.pool.name, *self.usage)
 
     def _take(self, replica: Replica) -> None:
         replica.in_flight += 1
@@ -137,24 +97,6 @@ class UpstreamCall:
     def _committed(self) -> bool:
         """A keep-alive has sent the status line: what follows can only be SSE events."""
         return self.keepalive is not None and self.keepalive.started
-
-    async def _refuse(self, send: Send, refusal: OpenAIError) -> None:
-        """No slot, or no replica: the error (the passages answer, where the tenant has one and no
-        replica is healthy)."""
-        if self.keepalive is not None:
-            await self.keepalive.stop()
-        self.metrics.shed(self.pool.name, refusal.code or "refused")
-        if self.fallback is not None and not self._committed and refusal.code == "no_healthy_upstream":
-            self.status = 200
-            await send_passages_answer(send, model=self.model, evidence=self.fallback, stream=self.stream,
-                                       reason="no_healthy_upstream")
-        elif self._committed:
-            self.status = refusal.status
-            await send({"type": "http.response.body", "more_body": False,
-                        "body": sse_error_event(refusal.message, refusal.type, refusal.code)})
-        else:
-            self.status = refusal.status
-            await refusal.send(send)
 
     async def _exchange(self, send: Send, watch: DisconnectWatch) -> None:
         timeouts = self.pool.timeouts
@@ -307,7 +249,7 @@ class UpstreamCall:
     async def _relay_stream(self, send: Send, watch: DisconnectWatch, reply: Reply, first: bytes) -> None:
         self.status = 200
         if not self._committed:
-            headers = [*_SSE_HEADERS, *self.headers] if self.headers else _SSE_HEADERS
+            headers = [*SSE_HEADERS, *self.headers] if self.headers else SSE_HEADERS
             await send({"type": "http.response.start", "status": 200, "headers": headers})
         if first:
             self.metrics.observe_ttft(self.route, perf_counter() - self.started)

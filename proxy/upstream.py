@@ -110,10 +110,14 @@ class Pool:
         self.max_tokens_default: int | None = None
         self.gate: PoolGate | None = None  # set when the pool caps its in-flight requests
         self.stream_keepalive: float | None = None  # seconds between SSE comments while a stream waits
+        self.litellm: PoolConfig | None = None  # set for a pool of kind litellm: no replicas, litellm calls
+        self.overflow: Pool | None = None  # where requests this pool sheds go instead
         if isinstance(config, PoolConfig):
             self.option = PoolOption(name, config.output, config.short_threshold)
             self.max_tokens_limit, self.max_tokens_default = config.max_tokens_limit, config.max_tokens_default
             self.stream_keepalive = config.stream_keepalive
+            if config.kind == "litellm":
+                self.litellm = config
             if config.max_in_flight is not None:
                 self.gate = PoolGate(name, config.max_in_flight * len(config.replicas), config.queue_size,
                                      config.queue_timeout)
@@ -127,8 +131,9 @@ class Pool:
 
     @property
     def catch_all(self) -> bool:
-        """A pool that declares no models and whose models are not known yet takes any model."""
-        return not self.declared_models and not self.discovered_models
+        """A pool that declares no models and whose models are not known yet takes any model (a
+        litellm pool only those it lists)."""
+        return not self.declared_models and not self.discovered_models and self.litellm is None
 
     def serves(self, model: str) -> bool:
         return model in self.declared_models or model in self.discovered_models
@@ -230,6 +235,9 @@ class Upstreams:
         self._lookup_timeout = config.server.ready_timeout
         self._checks: list[asyncio.Task[None]] = []
         self.by_name = {pool.name: pool for pool in self.pools}
+        for pool_config in config.pools:
+            if pool_config.overflow_to is not None:
+                self.by_name[pool_config.name].overflow = self.by_name[pool_config.overflow_to]
         self.routes_by_length = any(pool.option.kind == "short" for pool in self.pools)
 
     def start_checks(self) -> None:

@@ -51,7 +51,7 @@ pools:
 @pytest.mark.parametrize(
     ("text", "fragments"),
     [
-        ("pools:\n  - name: a\n    replicas: []\n", ["pools[0].replicas", "at least 1"]),
+        ("pools:\n  - name: a\n    replicas: []\n", ["pools[0]", "needs replicas"]),
         ("pools:\n  - name: a\n    replicas: [localhost:8000]\n", ["pools[0].replicas", "http(s) base URL"]),
         ("server: {port: 99999}\n", ["server.port", "65535"]),
         ("server: {prot: 1}\n", ["server.prot", "Extra inputs"]),

@@ -1,0 +1,129 @@
+"""Where a request goes, and whether it goes now: a slot of the pool (waiting fairly in its queue),
+a replica, else the pool it overflows to, else the 503 that sheds it; then the exchange (relay.py)
+or, for a pool of kind litellm, the litellm call. Runs under the disconnect watch, so a client
+that leaves while queued gives up its place at once.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+
+import orjson
+from starlette.types import Receive, Scope, Send
+
+from proxy.disconnect import DisconnectWatch
+from proxy.errors import OpenAIError, sse_error_event
+from proxy.fallback import send_passages_answer
+from proxy.keepalive import KeepAlive
+from proxy.litellm_pool import relay_via_litellm
+from proxy.relay import CLIENT_CLOSED, SSE_HEADERS, Exchange
+
+SHED_CODES = frozenset({"queue_full", "queue_share_exceeded", "queue_timeout", "no_healthy_upstream"})
+
+
+class UpstreamCall(Exchange):
+    """An ASGI response that performs the upstream exchange when it is called."""
+
+    __slots__ = ()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        watch = DisconnectWatch(receive)
+        if self.stream and self.pool.stream_keepalive is not None:
+            headers = [*SSE_HEADERS, *self.headers] if self.headers else SSE_HEADERS
+            self.keepalive = KeepAlive(send, self.pool.stream_keepalive, headers)
+            self.keepalive.start()
+        try:
+            async with watch:
+                await self._dispatch(send, watch)
+        except OSError:  # uvicorn's ClientDisconnected: the client left between two writes
+            watch.gone = True
+        finally:
+            if self.keepalive is not None:
+                self.keepalive.cancel()
+            if watch.gone:
+                self.status = CLIENT_CLOSED
+            if self.replica is not None:
+                self.replica.in_flight -= 1  # the replica that took it last, after any retry
+            if self.holds_slot:
+                self.gate.release()  # type: ignore[union-attr]
+            self.metrics.observe_request(self.route, self.status, perf_counter() - self.started)
+            if self.admission is not None:
+                assert self.admitted is not None
+                if self.replica is None and self.pool.litellm is None:  # no engine work was done
+                    await self.admission.release(self.admitted)
+                else:
+                    await self.admission.finish(self.admitted, self.pool.name, *self.usage)
+
+    async def _dispatch(self, send: Send, watch: DisconnectWatch) -> None:
+        """A slot and a replica of the pool, else of its overflow pool, else the refusal; then the exchange."""
+        try:
+            await self._enter()
+        except OpenAIError as refusal:
+            overflow = self.pool.overflow
+            if overflow is None or self._committed or refusal.code not in SHED_CODES:
+                watch.finished = True
+                await self._refuse(send, refusal)
+                return
+            self.metrics.shed(self.pool.name, f"{refusal.code}_overflowed")
+            self.headers = [h for h in self.headers if h[0] != b"x-prefixgate-pool"]
+            self.headers += [(b"x-prefixgate-pool", overflow.name.encode()),
+                             (b"x-prefixgate-overflow", self.pool.name.encode())]
+            self.pool, self.gate = overflow, overflow.gate
+            try:
+                await self._enter()
+            except OpenAIError as refusal:
+                watch.finished = True
+                await self._refuse(send, refusal)
+                return
+        if self.pool.litellm is not None:
+            await self._via_litellm(send, watch)
+        else:
+            await self._exchange(send, watch)
+
+    async def _enter(self) -> None:
+        """Take a slot of the pool (waiting fairly for one) and a replica; raises the 503 that sheds."""
+        if self.pool.litellm is not None:
+            return
+        if self.gate is not None:
+            queued = perf_counter()
+            try:
+                await self.gate.acquire(self.tenant)
+            finally:
+                self.metrics.observe_queue_wait(self.pool.name, perf_counter() - queued)
+            self.holds_slot = True
+        try:
+            self._take(self.pool.pick(self.key))
+        except OpenAIError:
+            if self.holds_slot:
+                self.holds_slot = False
+                self.gate.release()  # type: ignore[union-attr]
+            raise
+
+    async def _via_litellm(self, send: Send, watch: DisconnectWatch) -> None:
+        config = self.pool.litellm
+        assert config is not None
+        if self.keepalive is not None:
+            await self.keepalive.stop()
+        self.status, self.usage = await relay_via_litellm(
+            send, pool=self.pool.name, body=orjson.loads(self.body), stream=self.stream, model=config.litellm_model,
+            api_base=config.api_base, api_key=config.api_key, timeout=config.timeouts.total, headers=self.headers,
+            head_sent=self._committed)
+        watch.finished = True
+
+    async def _refuse(self, send: Send, refusal: OpenAIError) -> None:
+        """No slot, or no replica: the error (the passages answer, where the tenant has one and no
+        replica is healthy)."""
+        if self.keepalive is not None:
+            await self.keepalive.stop()
+        self.metrics.shed(self.pool.name, refusal.code or "refused")
+        if self.fallback is not None and not self._committed and refusal.code == "no_healthy_upstream":
+            self.status = 200
+            await send_passages_answer(send, model=self.model, evidence=self.fallback, stream=self.stream,
+                                       reason="no_healthy_upstream")
+        elif self._committed:
+            self.status = refusal.status
+            await send({"type": "http.response.body", "more_body": False,
+                        "body": sse_error_event(refusal.message, refusal.type, refusal.code)})
+        else:
+            self.status = refusal.status
+            await refusal.send(send)
