@@ -1,7 +1,7 @@
 """One upstream exchange, relayed to the client as it arrives.
 
-Returned by a route as its response: the ASGI call sends the request to the chosen replica and
-relays the answer. Streamed chunks go out as the upstream sent them (no re-framing, no
+proxy/dispatch.py's UpstreamCall chooses the replica; this sends the request there and relays
+the answer. Streamed chunks go out as the upstream sent them (no re-framing, no
 re-serializing); a stream that breaks after its first byte ends with an SSE error event, since
 the status line is already gone; a client that leaves closes the upstream connection at once.
 """
