@@ -47,7 +47,7 @@ from proxy.auth import OPEN_TENANT  # noqa: E402
 from proxy.engine import LocalEngine, free_port  # noqa: E402
 from proxy.tiny_model import ensure_tiny_model  # noqa: E402
 from tests.bench.processes import start_gateway as start_prefixgate  # noqa: E402
-from tests.bench.report import write_block  # noqa: E402
+from tests.bench.report import publish  # noqa: E402
 from tests.support.metrics_text import sample_sum  # noqa: E402
 
 Body = dict[str, Any]
@@ -312,10 +312,7 @@ def main() -> None:
             "output_tokens": args.output_tokens, "block_size": block_size}
     table = markdown(results, meta)
     print(table)
-    out = Path(args.out)
-    (out.parent / f"{args.name}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
-    plot(results, out.parent / f"{args.name}.png")
-    write_block(out, args.name, f"{table}\n\n![prefix reuse]({args.name}.png)")
+    publish(Path(args.out), args.name, meta, results, table, "prefix reuse", plot)
 
 
 if __name__ == "__main__":

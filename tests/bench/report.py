@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def replace_block(text: str, name: str, block: str) -> str:
@@ -17,3 +20,12 @@ def replace_block(text: str, name: str, block: str) -> str:
 
 def write_block(path: Path, name: str, block: str) -> None:
     path.write_text(replace_block(path.read_text() if path.exists() else "", name, block))
+
+
+def publish(out: Path, name: str, meta: dict[str, Any], results: Any, table: str, caption: str,
+            plot: Callable[[Any, Path], None]) -> None:
+    """A run's numbers to docs/NAME.json, its plot to docs/NAME.png, its table (and the plot) into
+    ``out``'s NAME block."""
+    (out.parent / f"{name}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    plot(results, out.parent / f"{name}.png")
+    write_block(out, name, f"{table}\n\n![{caption}]({name}.png)")

@@ -47,7 +47,7 @@ from policies.cache_salt import tenant_salt  # noqa: E402
 from proxy.engine import LocalEngine  # noqa: E402
 from tests.bench.open_loop import percentile, schedule  # noqa: E402
 from tests.bench.processes import start_engine, start_gateway, stop_gateway  # noqa: E402
-from tests.bench.report import write_block  # noqa: E402
+from tests.bench.report import publish  # noqa: E402
 from tests.support.metrics_text import sample_sum  # noqa: E402
 
 MODEL = "prefixgate-tiny"
@@ -461,10 +461,7 @@ def main() -> None:
             "engines": count, **{k: v for k, v in vars(args).items() if k not in ("only", "out", "where", "engines")}}
     table = markdown(results, meta)
     print(table)
-    out = Path(args.out)
-    (out.parent / f"{args.name}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
-    plot(results, out.parent / f"{args.name}.png")
-    write_block(out, args.name, f"{table}\n\n![routing]({args.name}.png)")
+    publish(Path(args.out), args.name, meta, results, table, "routing", plot)
 
 
 if __name__ == "__main__":
