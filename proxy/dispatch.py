@@ -56,29 +56,31 @@ class UpstreamCall(Exchange):
 
     async def _dispatch(self, send: Send, watch: DisconnectWatch) -> None:
         """A slot and a replica of the pool, else of its overflow pool, else the refusal; then the exchange."""
-        try:
-            await self._enter()
-        except OpenAIError as refusal:
-            overflow = self.pool.overflow
-            if overflow is None or self._committed or refusal.code not in SHED_CODES:
-                watch.finished = True
-                await self._refuse(send, refusal)
-                return
-            self.metrics.shed(self.pool.name, f"{refusal.code}_overflowed")
-            self.headers = [h for h in self.headers if h[0] != b"x-prefixgate-pool"]
-            self.headers += [(b"x-prefixgate-pool", overflow.name.encode()),
-                             (b"x-prefixgate-overflow", self.pool.name.encode())]
-            self.pool, self.gate = overflow, overflow.gate
-            try:
-                await self._enter()
-            except OpenAIError as refusal:
-                watch.finished = True
-                await self._refuse(send, refusal)
-                return
-        if self.pool.litellm is not None:
+        refusal = await self._enter_or_overflow()
+        if refusal is not None:
+            watch.finished = True
+            await self._refuse(send, refusal)
+        elif self.pool.litellm is not None:
             await self._via_litellm(send, watch)
         else:
             await self._exchange(send, watch)
+
+    async def _enter_or_overflow(self) -> OpenAIError | None:
+        """Enter the pool; if it sheds the request, enter its overflow pool instead (once)."""
+        for attempt in range(2):
+            try:
+                await self._enter()
+                return None
+            except OpenAIError as refusal:
+                overflow = self.pool.overflow
+                if attempt or overflow is None or self._committed or refusal.code not in SHED_CODES:
+                    return refusal
+                self.metrics.shed(self.pool.name, f"{refusal.code}_overflowed")
+                self.headers = [h for h in self.headers if h[0] != b"x-prefixgate-pool"]
+                self.headers += [(b"x-prefixgate-pool", overflow.name.encode()),
+                                 (b"x-prefixgate-overflow", self.pool.name.encode())]
+                self.pool, self.gate = overflow, overflow.gate
+        raise AssertionError("unreachable: the second attempt returns")
 
     async def _enter(self) -> None:
         """Take a slot of the pool (waiting fairly for one) and a replica; raises the 503 that sheds."""

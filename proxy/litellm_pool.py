@@ -95,7 +95,7 @@ async def relay_via_litellm(send: Send, *, pool: str, body: dict[str, Any], stre
                 usage = _usage(chunk.usage)
             event = b"data: " + orjson.dumps(chunk.model_dump(exclude_none=True)) + b"\n\n"
             await send({"type": "http.response.body", "body": event, "more_body": True})
-    except OSError:
+    except OSError:  # the client left: the call's own handling, not a provider error event
         raise
     except Exception as error:
         refusal = _as_openai_error(error, pool)

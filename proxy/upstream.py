@@ -118,7 +118,7 @@ class Pool:
             self.stream_keepalive = config.stream_keepalive
             if config.kind == "litellm":
                 self.litellm = config
-            if config.max_in_flight is not None:
+            if config.max_in_flight is not None and config.replicas:  # litellm pools have no slots to count
                 self.gate = PoolGate(name, config.max_in_flight * len(config.replicas), config.queue_size,
                                      config.queue_timeout)
 

@@ -128,7 +128,8 @@ async def open_loop(target: str, make: Any, rate: float, seconds: float, seed: i
 
 
 class LoadSampler:
-    """Each engine's requests in flight (running + waiting, from its /metrics), sampled in a thread."""
+    """Each engine's requests in flight (running + waiting, from its /metrics), sampled by a task
+    beside the load."""
 
     def __init__(self, engines: list[str], interval: float = 0.2) -> None:
         self.engines = engines
