@@ -5,7 +5,7 @@ output lengths need only two numbers, found by searching the bytes for OpenAI's 
 stream carries usage only when the client asked for it (stream_options.include_usage); otherwise
 each content event counts as one token, which is how vLLM streams (one event per decode step), save
 that a step whose token adds no text yet (part of a multi-byte character) sends none, so the count
-can fall a few tokens short (3 of 24 seen on the tiny model; tests/integration/test_usage_engine.py).
+can fall a few tokens short (sampled, up to 7 of 24 on the tiny model; tests/integration/test_usage_engine.py).
 """
 
 from __future__ import annotations
