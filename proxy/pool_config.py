@@ -55,9 +55,11 @@ class UpstreamConfig(_Frozen):
     retry_budget: float = Field(0.2, ge=0, le=1)
     # Replica choice: "prefix" sends prompts that start alike to the same replica (its prefix cache
     # holds that start) while its in-flight load stays within load_bound x the mean; "least_loaded"
-    # ignores the prompt. affinity_chars: how much of the rendered prompt's start forms the key.
+    # ignores the prompt. affinity_chars: how much of the rendered prompt's start forms the key;
+    # home_slack: requests the prefix's home replica may hold past the bound (a spill costs a cold prefill).
     balance: Literal["prefix", "least_loaded"] = "prefix"
     load_bound: float = Field(1.25, ge=1.0)
+    home_slack: int = Field(1, ge=0)
     affinity_chars: int = Field(1024, ge=1)
 
     @field_validator("replicas")

@@ -104,6 +104,7 @@ class Pool:
         self._affine = config.balance == "prefix" and len(self.replicas) > 1
         self._ring = HashRing([r.base_url for r in self.replicas])
         self._load_bound = config.load_bound
+        self._home_slack = config.home_slack
         self._affinity_chars = config.affinity_chars
         self.option = PoolOption(name, "any", 0)
         self.max_tokens_limit: int | None = None
@@ -170,7 +171,7 @@ class Pool:
         healthy = [r is not avoid and usable(r.health, now, r.in_flight) for r in replicas]
         if key is None:
             return least_loaded(in_flight, healthy, next(self._turn))
-        return bounded_choice(self._ring, key, in_flight, healthy, self._load_bound)
+        return bounded_choice(self._ring, key, in_flight, healthy, self._load_bound, self._home_slack)
 
     async def fetch_models(self, timeout: float) -> list[dict[str, Any]]:
         """Model cards from every replica that answers; also refreshes the discovered set."""

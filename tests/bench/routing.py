@@ -28,6 +28,7 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -131,7 +132,7 @@ class LoadSampler:
     """Each engine's requests in flight (running + waiting, from its /metrics), sampled by a task
     beside the load."""
 
-    def __init__(self, engines: list[str], interval: float = 0.2) -> None:
+    def __init__(self, engines: list[str], interval: float = 0.25) -> None:
         self.engines = engines
         self.interval = interval
         self.samples: list[list[float]] = [[] for _ in engines]
@@ -139,11 +140,11 @@ class LoadSampler:
 
     async def run(self) -> None:
         async with httpx.AsyncClient(timeout=5) as client:
-            while not self._stop.is_set():
-                for index, origin in enumerate(self.engines):
-                    text = (await client.get(origin + "/metrics")).text
-                    self.samples[index].append(sample_sum(text, "vllm:num_requests_running")
-                                               + sample_sum(text, "vllm:num_requests_waiting"))
+            while not self._stop.is_set():  # all engines at once, so the samples line up in time
+                answers = await asyncio.gather(*(client.get(origin + "/metrics") for origin in self.engines))
+                for index, answer in enumerate(answers):
+                    self.samples[index].append(sample_sum(answer.text, "vllm:num_requests_running")
+                                               + sample_sum(answer.text, "vllm:num_requests_waiting"))
                 try:
                     await asyncio.wait_for(self._stop.wait(), self.interval)
                 except TimeoutError:
@@ -156,13 +157,17 @@ class LoadSampler:
         return [statistics.fmean(s) if s else 0.0 for s in self.samples]
 
 
-def cache_counters(engines: list[str]) -> tuple[float, float]:
+def engine_counters(engines: list[str]) -> tuple[float, float, list[float]]:
+    """Prefix-cache hits and queries (tokens) summed over the engines, and each engine's finished
+    requests, from one read of each engine's /metrics."""
     hits = queries = 0.0
+    served = []
     for origin in engines:
         text = httpx.get(origin + "/metrics", timeout=10).text
         hits += sample_sum(text, "vllm:prefix_cache_hits_total")
         queries += sample_sum(text, "vllm:prefix_cache_queries_total")
-    return hits, queries
+        served.append(sample_sum(text, "vllm:request_success_total"))
+    return hits, queries, served
 
 
 def reset_caches(engines: list[str]) -> None:
@@ -195,52 +200,78 @@ def affinity_workload(tenants: int, apps: int, questions: int, prompt_words: int
     return requests
 
 
+def _affinity_case(targets: list[str], requests: list[tuple[Body, str, dict[str, str]]], measured: list[str],
+                   origins: list[str], workers: int) -> dict[str, Any]:
+    """One pass of the workload with cold caches; the engines' hit rate and load while it ran."""
+    reset_caches(origins)
+    hits0, queries0, served0 = engine_counters(measured)
+    sampler = LoadSampler(measured)
+
+    async def run() -> list[Outcome]:
+        sampling = asyncio.create_task(sampler.run())
+        try:
+            return await closed_loop(targets, requests, workers)
+        finally:
+            sampler.stop()
+            await sampling
+
+    started = time.perf_counter()
+    outcomes = uvloop.run(run())
+    wall = time.perf_counter() - started
+    hits1, queries1, served1 = engine_counters(measured)
+    served = [after - before for after, before in zip(served1, served0, strict=True)]
+    loads = sampler.means()
+    ttfts = [o.ttft for o in outcomes if o.status == 200 and o.ttft is not None]
+    return {
+        "hit_rate": (hits1 - hits0) / max(queries1 - queries0, 1),
+        "errors": sum(o.status != 200 for o in outcomes),
+        "in_flight_per_engine": loads,
+        "max_over_mean": max(loads) / statistics.fmean(loads) if statistics.fmean(loads) else 0.0,
+        "requests_per_engine": served,
+        "requests_max_over_mean": max(served) / statistics.fmean(served) if any(served) else 0.0,
+        "ttft_p50_ms": _ms(ttfts, 0.5), "ttft_p95_ms": _ms(ttfts, 0.95), "req_per_s": len(outcomes) / wall,
+    }
+
+
 def run_affinity(engines: list[LocalEngine], workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Each case ``args.repeats`` times, interleaved (the 2-core VM's speed drifts); rows hold medians."""
     origins = [engine.origin for engine in engines]
     workload = affinity_workload(args.tenants, args.apps, args.questions, args.prompt_words)
     # The gateway isolates tenants with cache_salt; the direct runs send the same salt, so the
     # engines see identical prompts whichever way they come.
     direct = [({**body, "cache_salt": tenant_salt(kind)}, kind, headers) for body, kind, headers in workload]
-    config = {"pools": [{"name": "chat", "replicas": [o + "/v1" for o in origins], "models": [MODEL]}],
-              "auth": {"keys": [{"tenant": f"tenant-{t}", "key": f"sk-bench-tenant-{t}"}
-                                for t in range(args.tenants)]}}
-    gateway, gateway_origin = start_gateway(config, workdir, "affinity")
-    results: dict[str, Any] = {}
+
+    def config(home_slack: int) -> dict[str, Any]:
+        return {"pools": [{"name": "chat", "replicas": [o + "/v1" for o in origins], "models": [MODEL],
+                           "home_slack": home_slack}],
+                "auth": {"keys": [{"tenant": f"tenant-{t}", "key": f"sk-bench-tenant-{t}"}
+                                  for t in range(args.tenants)]}}
+
+    # prefixgate with --home-slack (default: as configured by default), and without it (the bare
+    # bounded-load ring).
+    runs: dict[str, list[dict[str, Any]]] = {}
+    gateways: list[subprocess.Popen[bytes]] = []
     try:
-        cases = [("single engine", [origins[0]], direct, origins[:1]),
-                 ("round-robin", origins, direct, origins),
-                 ("prefixgate", [gateway_origin], workload, origins)]
-        for name, targets, requests, measured in cases:
-            reset_caches(origins)
-            hits0, queries0 = cache_counters(measured)
-            sampler = LoadSampler(measured)
-
-            async def run(targets: list[str] = targets, requests: list = requests,
-                          sampler: LoadSampler = sampler) -> list[Outcome]:
-                sampling = asyncio.create_task(sampler.run())
-                try:
-                    return await closed_loop(targets, requests, args.workers)
-                finally:
-                    sampler.stop()
-                    await sampling
-
-            started = time.perf_counter()
-            outcomes = uvloop.run(run())
-            wall = time.perf_counter() - started
-            hits1, queries1 = cache_counters(measured)
-            loads = sampler.means()
-            ttfts = [o.ttft for o in outcomes if o.status == 200 and o.ttft is not None]
-            results[name] = {
-                "hit_rate": (hits1 - hits0) / max(queries1 - queries0, 1),
-                "errors": sum(o.status != 200 for o in outcomes),
-                "in_flight_per_engine": loads,
-                "max_over_mean": max(loads) / statistics.fmean(loads) if statistics.fmean(loads) else 0.0,
-                "ttft_p50_ms": _ms(ttfts, 0.5), "ttft_p95_ms": _ms(ttfts, 0.95), "req_per_s": len(outcomes) / wall,
-            }
-            print("affinity", name, json.dumps(results[name]), flush=True)
+        origin_of = {}
+        for name, home_slack in (("affinity", args.home_slack), ("affinity-bare", 0)):
+            process, origin_of[name] = start_gateway(config(home_slack), workdir, name)
+            gateways.append(process)
+        cases = {"single engine": ([origins[0]], direct, origins[:1]),
+                 "round-robin": (origins, direct, origins),
+                 "prefixgate": ([origin_of["affinity"]], workload, origins),
+                 "prefixgate, home_slack 0": ([origin_of["affinity-bare"]], workload, origins)}
+        runs = {name: [] for name in cases}
+        for _ in range(args.repeats):
+            for name, (targets, requests, measured) in cases.items():
+                runs[name].append(_affinity_case(targets, requests, measured, origins, args.workers))
+                print("affinity", name, json.dumps(runs[name][-1]), flush=True)
     finally:
-        stop_gateway(gateway)
-    return results
+        for process in gateways:
+            stop_gateway(process)
+    return {name: {**{key: statistics.median(row[key] for row in rows)
+                      for key in ("hit_rate", "max_over_mean", "requests_max_over_mean", "ttft_p50_ms", "ttft_p95_ms")},
+                   "errors": sum(row["errors"] for row in rows), "runs": rows}
+            for name, rows in runs.items()}
 
 
 # ---- length routing -------------------------------------------------------------------------------
@@ -338,15 +369,19 @@ def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
         lines += [f"**Prefix affinity** ({meta['engines']} engines; {meta['tenants']} tenants x {meta['apps']} apps, "
                   f"{meta['questions']} new questions per app, system prompts of ~{meta['prompt_words']} words, "
                   f"{meta['workers']} clients in a closed loop, 16 output tokens):", "",
-                  "| sent | hit rate | vs single engine | in flight per engine (mean) | max / mean | TTFT p50 (ms) | "
-                  "TTFT p95 (ms) | errors |", "|---|---|---|---|---|---|---|---|"]
+                  "| sent | hit rate, median (range) | vs single engine | in flight max / mean, median (range) | "
+                  "requests max / mean | TTFT p50 (ms) | TTFT p95 (ms) | errors |", "|---|---|---|---|---|---|---|---|"]
         single = results["affinity"]["single engine"]["hit_rate"]
         for name, row in results["affinity"].items():
-            loads = ", ".join(f"{v:.2f}" for v in row["in_flight_per_engine"])
-            lines.append(f"| {name} | {row['hit_rate']:.3f} | {row['hit_rate'] / max(single, 1e-9):.2f} | {loads} | "
-                         f"{row['max_over_mean']:.2f} | {row['ttft_p50_ms']:.0f} | {row['ttft_p95_ms']:.0f} | "
-                         f"{row['errors']} |")
-        lines.append("")
+            hits = [run["hit_rate"] for run in row["runs"]]
+            spread = [run["max_over_mean"] for run in row["runs"]]
+            lines.append(f"| {name} | {row['hit_rate']:.3f} ({min(hits):.3f}-{max(hits):.3f}) | "
+                         f"{row['hit_rate'] / max(single, 1e-9):.2f} | {row['max_over_mean']:.2f} "
+                         f"({min(spread):.2f}-{max(spread):.2f}) | {row['requests_max_over_mean']:.2f} | "
+                         f"{row['ttft_p50_ms']:.0f} | {row['ttft_p95_ms']:.0f} | {row['errors']} |")
+        lines += ["", f"{meta['repeats']} passes of each case, interleaved. In flight: each engine's running + "
+                  "waiting requests from its /metrics, sampled every 0.25 s and averaged over the pass; requests: "
+                  "each engine's finished requests in the pass.", ""]
     if "length" in results:
         lines += [f"**Length routing** (2 engines; Poisson arrivals at {meta['length_rate']}/s for "
                   f"{meta['length_seconds']} s; 80 % short answers of 16-64 tokens, 20 % long of 512):", "",
@@ -385,7 +420,11 @@ def plot(results: dict[str, Any], path: Path) -> None:
     figure, axes = plt.subplots(1, 3, figsize=(16, 4.4))
     if "affinity" in results:
         rows = results["affinity"]
-        axes[0].bar(list(rows), [r["hit_rate"] * 100 for r in rows.values()], color=["#8c8c8c", "#d9a441", "#2b7bb9"])
+        medians = [r["hit_rate"] * 100 for r in rows.values()]
+        hits = [[run["hit_rate"] * 100 for run in r["runs"]] for r in rows.values()]
+        ranges = [[m - min(h) for m, h in zip(medians, hits, strict=True)],
+                  [max(h) - m for m, h in zip(medians, hits, strict=True)]]
+        axes[0].bar(list(rows), medians, yerr=ranges, capsize=4, color=["#8c8c8c", "#d9a441", "#2b7bb9", "#9ecae1"])
         axes[0].set_ylabel("engine prefix-cache hit rate (%)")
         axes[0].set_title("Prefix affinity")
     if "length" in results:
@@ -425,6 +464,8 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=8)
     parser.add_argument("--prompt-words", type=int, default=400)
     parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3, help="passes of each affinity case (medians reported)")
+    parser.add_argument("--home-slack", type=int, default=1, help="the prefixgate pool's home_slack (default 1)")
     parser.add_argument("--length-rate", type=float, default=5.0)
     parser.add_argument("--length-seconds", type=float, default=30.0)
     parser.add_argument("--max-in-flight", type=int, default=8)

@@ -83,6 +83,39 @@ def test_a_hot_prefix_spills_only_past_the_load_bound() -> None:
     assert max(loads) / (sum(loads) / 4) <= 1.26
 
 
+def test_the_home_replica_holds_home_slack_past_the_bound_and_no_other_does() -> None:
+    ring = HashRing(REPLICAS)
+    key = _key(*SYSTEM)
+    home, second, third, _ = ring.walk(key)
+    loads = [0, 0, 0, 0]
+    for request in range(1, 401):
+        index = bounded_choice(ring, key, loads, [True] * 4, 1.25, home_slack=2)
+        assert index is not None
+        loads[index] += 1
+        capacity = math.ceil(1.25 * request / 4)
+        assert loads[home] <= capacity + 2
+        assert all(loads[n] <= capacity for n in range(4) if n != home)
+    assert loads[home] > max(loads[n] for n in range(4) if n != home)
+    # Capacity is 4 in the first two cases: home takes a 6th request, not a 7th; then the next
+    # replica on the ring takes it, within the bound only (capacity 5 in the last case).
+    assert bounded_choice(ring, key, _with(home=5, second=2), [True] * 4, 1.25, home_slack=2) == home
+    assert bounded_choice(ring, key, _with(home=6, second=2), [True] * 4, 1.25, home_slack=2) == second
+    assert bounded_choice(ring, key, _with(home=7, second=5), [True] * 4, 1.25, home_slack=2) == third
+    # With home down, the next healthy replica is every process's home for the key, slack included.
+    down = [n != home for n in range(4)]
+    assert bounded_choice(ring, key, _with(home=0, second=4), down, 1.25, home_slack=2) == second
+
+
+def _with(**named: int) -> list[int]:
+    """Loads for SYSTEM's ring walk (home, second, third, fourth); unnamed ones hold 1."""
+    order = list(HashRing(REPLICAS).walk(_key(*SYSTEM)))
+    loads = [1, 1, 1, 1]
+    for rank, name in enumerate(("home", "second", "third", "fourth")):
+        if name in named:
+            loads[order[rank]] = named[name]
+    return loads
+
+
 def test_light_load_keeps_every_request_of_a_prefix_home() -> None:
     ring = HashRing(REPLICAS)
     key = _key(*SYSTEM)
@@ -108,14 +141,18 @@ def test_unhealthy_replicas_are_skipped_and_only_their_keys_move() -> None:
     health=st.lists(st.booleans(), min_size=6, max_size=6),
     key=st.integers(0, 2**64 - 1),
     bound=st.floats(1.0, 3.0),
+    slack=st.integers(0, 3),
 )
-def test_choice_is_healthy_and_within_capacity(loads: list[int], health: list[bool], key: int, bound: float) -> None:
+def test_choice_is_healthy_and_within_capacity(loads: list[int], health: list[bool], key: int, bound: float,
+                                               slack: int) -> None:
     healthy = health[: len(loads)]
     ring = HashRing([f"r{n}" for n in range(len(loads))])
-    index = bounded_choice(ring, key, loads, healthy, bound)
+    index = bounded_choice(ring, key, loads, healthy, bound, slack)
     live = [n for n in range(len(loads)) if healthy[n]]
     if not live:
         assert index is None
         return
     assert index is not None and healthy[index]
-    assert loads[index] + 1 <= math.ceil(bound * (sum(loads[n] for n in live) + 1) / len(live))
+    home = next(n for n in ring.walk(key) if healthy[n])
+    capacity = math.ceil(bound * (sum(loads[n] for n in live) + 1) / len(live))
+    assert loads[index] + 1 <= capacity + (slack if index == home else 0)

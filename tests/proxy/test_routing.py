@@ -78,9 +78,10 @@ def test_independent_gateway_processes_pick_the_same_replica(tmp_path: Path, rep
 
 def test_a_hot_prompt_spills_to_the_next_replica_past_the_load_bound(start_proxy: Callable[..., str],
                                                                       replicas: list[FakeServer]) -> None:
-    """Ten overlapping requests with one prompt: its home replica takes them while it holds at most
-    1.25x the mean in flight (ceil(1.25 * 10 / 2) = 7 at the end), the other replica the rest."""
-    proxy = start_proxy({"pools": [pool("p", *(r.base_url for r in replicas))]})
+    """Ten overlapping requests with one prompt: with no home_slack, its home replica takes them while
+    it holds at most 1.25x the mean in flight (ceil(1.25 * 10 / 2) = 7 at the end), the other replica
+    the rest. (With the default home_slack of 1 the home would keep 8 of them.)"""
+    proxy = start_proxy({"pools": [pool("p", *(r.base_url for r in replicas), home_slack=0)]})
 
     def ask(turn: int) -> int:
         question = f"hot question {turn}"
