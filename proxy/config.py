@@ -135,6 +135,13 @@ class TenantConfig(_Frozen):
     answer_cache: AnswerCacheConfig | None = None  # opt-in
 
 
+class MetricsConfig(_Frozen):
+    """Which tenants get their own label value on /metrics; the rest count as ``other``."""
+
+    tenants: list[str] | None = None  # None: the configured tenants, by name
+    max_tenants: int = Field(100, ge=0)  # at most this many of them
+
+
 class Config(_Frozen):
     server: ServerConfig = ServerConfig()
     auth: AuthConfig = AuthConfig()
@@ -147,6 +154,7 @@ class Config(_Frozen):
     retrieval: RetrievalConfig = RetrievalConfig()
     redis: RedisConfig | None = None  # caches shared by replicas; default: in-process only
     engine: EngineConfig = EngineConfig()
+    metrics: MetricsConfig = MetricsConfig()
     data_dir: str = Field(default_factory=lambda: str(Path.home() / ".cache" / "prefixgate"))
     resolved_keys: dict[str, str] = Field(default_factory=dict, repr=False, exclude=True)
 

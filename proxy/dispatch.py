@@ -46,7 +46,13 @@ class UpstreamCall(Exchange):
                 self.replica.in_flight -= 1  # the replica that took it last, after any retry
             if self.holds_slot:
                 self.gate.release()  # type: ignore[union-attr]
-            self.metrics.observe_request(self.route, self.status, perf_counter() - self.started)
+            ended = perf_counter()
+            label = self.metrics.tenant_label(self.tenant)
+            self.metrics.observe_request(self.route, self.status, ended - self.started, label, self.pool.name)
+            if self.taken_at is not None:
+                self.metrics.observe_stage("upstream", ended - self.taken_at)
+            if self.status == 200:
+                self.metrics.observe_answer(label, self.pool.name, *self.usage, self.streamed)
             if self.admission is not None:
                 assert self.admitted is not None
                 if self.replica is None and self.pool.litellm is None:  # no engine work was done

@@ -62,6 +62,10 @@ class Gateway:
         upstreams.start_checks()
         retriever = await Retriever.start(config, metrics) if config.wants_retrieval else None
         tenants = tenant_policies(config)
+        # Default labels: the tenants API keys name (in open mode, its one tenant), by name.
+        named = sorted(set(config.resolved_keys.values())) or [OPEN_TENANT]
+        labelled = config.metrics.tenants if config.metrics.tenants is not None else named
+        metrics.label_tenants(labelled, config.metrics.max_tenants)
         wants_answers = any(t.answer_ttl for t in tenants.values())
         answers = AnswerStore(tiered_cache(config.redis, "answers", metrics)) if wants_answers else None
         admission = Admission(open_limiter(config.redis), TokenCounter(config.tokenizer), metrics,

@@ -97,14 +97,19 @@ class GenerationRoute:
         started = perf_counter()
         gateway: Gateway = scope["state"]["gateway"]
         route = self.upstream_path
+        metrics = gateway.metrics
         admitted: Admitted | None = None  # set when admission ran: settled when the answer ends
+        label, pool_name = "none", "none"  # the request's metric labels, once known
         try:
             authorization, length, retrieval_wanted, pool_named = _request_headers(scope)
             tenant = gateway.tenants[gateway.keys.tenant_for(authorization)]
+            label = metrics.tenant_label(tenant.name)
             raw = await read_body(receive, length, gateway.config.server.max_body_bytes)
             view = validate_request(self.endpoint, decode_json(raw))
             if isinstance(view, Rejection):
                 raise OpenAIError.from_rejection(view)
+            mark = perf_counter()
+            metrics.observe_stage("request", mark - started)
             headers: list[tuple[bytes, bytes]] = []
             fallback: str | None = None  # evidence to answer with if the model cannot
             answer_key: str | None = None  # set when this answer is to be stored for exact repeats
@@ -115,6 +120,7 @@ class GenerationRoute:
                 if self.endpoint == "chat":
                     rewrite = rewrite_chat(body, tenant.prompt)
                     body, changed = rewrite.body, rewrite.changed
+                    metrics.observe_stage("canonicalize", perf_counter() - mark)
                     headers = [
                         (b"x-prefixgate-volatile", str(rewrite.detected).encode()),
                         (b"x-prefixgate-relocated", str(rewrite.moved).encode()),
@@ -131,11 +137,13 @@ class GenerationRoute:
                     pieces = completion_pieces(body)
                     gateway.prefix_meter.observe(tenant.name, pieces, 0)
                 if gateway.admission.needed(tenant.admission):
+                    mark = perf_counter()
                     admitted = gateway.admission.prepare(tenant.admission, body, changed, pieces, tenant.name)
                     body, changed = admitted.body, admitted.changed
             predicted = admitted.prediction.p90 if admitted is not None and admitted.prediction is not None else None
             pool = gateway.upstreams.pool_for(view.model, embeddings=self.endpoint == "embeddings",
                                               predicted_p90=predicted, named=pool_named)
+            pool_name = pool.name
             if self.endpoint != "embeddings":
                 caps = pool.caps(tenant.admission.caps.action)
                 if caps is not None:
@@ -145,6 +153,7 @@ class GenerationRoute:
                     body, changed = capped, changed or capped is not body
                 if admitted is not None:
                     await gateway.admission.charge(tenant.name, tenant.admission, admitted, body, headers)
+                    metrics.observe_stage("admission", perf_counter() - mark)
                 if gateway.upstreams.routes_by_length or pool_named is not None:
                     headers.append((b"x-prefixgate-pool", pool.name.encode()))
                 salt = cache_salt(tenant.cache_mode, tenant.salt, body.get("cache_salt"))
@@ -163,28 +172,28 @@ class GenerationRoute:
                         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
                         await send_stored_answer(send, stored, stream=view.stream, include_usage=include_usage,
                                                  headers=headers)
-                        gateway.metrics.observe_request(route, 200, perf_counter() - started)
+                        metrics.observe_request(route, 200, perf_counter() - started, label, pool_name)
                         return
                     headers.append((b"x-prefixgate-answer-cache", b"miss"))
             key = None if pieces is None else pool.affinity_key(pieces, view.model, salt)  # salt: as sent
         except OpenAIError as error:
             await gateway.admission.release(admitted)
-            gateway.metrics.observe_request(route, error.status, perf_counter() - started)
+            metrics.observe_request(route, error.status, perf_counter() - started, label, pool_name)
             await error.send(send)
             return
         except ClientGone:
             await gateway.admission.release(admitted)
-            gateway.metrics.observe_request(route, CLIENT_CLOSED, perf_counter() - started)
+            metrics.observe_request(route, CLIENT_CLOSED, perf_counter() - started, label, pool_name)
             return
         except Exception:
             log.exception("unexpected error handling %s", route)
             await gateway.admission.release(admitted)
-            gateway.metrics.observe_request(route, 500, perf_counter() - started)
+            metrics.observe_request(route, 500, perf_counter() - started, label, pool_name)
             await OpenAIError(500, "Internal error in prefixgate.", type="server_error").send(send)
             return
         call = UpstreamCall(
             pool=pool, key=key, tenant=tenant.name, path=route, body=raw, stream=view.stream,
-            route=route, metrics=gateway.metrics, started=started, headers=headers,
+            route=route, metrics=metrics, started=started, headers=headers,
             model=view.model, fallback=fallback,
             answers=gateway.answers, answer_key=answer_key, answer_ttl=tenant.answer_ttl or 0.0,
             admission=gateway.admission if admitted is not None else None, admitted=admitted,

@@ -17,17 +17,42 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 PREFIX_TOKEN_BUCKETS = (0, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 OUTPUT_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 RATIO_BUCKETS = (0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1)
+TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1)
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10, 30, 60)
 
 
+OTHER_TENANTS = "other"  # the tenant label of every tenant past the labelled ones
+
+
 class Metrics:
+    """Tenant labels are bounded: only the tenants named by ``label_tenants`` get their own label
+    value; the rest count as ``other``, so a thousand keys cannot make a thousand series."""
+
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._labelled: frozenset[str] = frozenset()
         self._requests = Counter(
-            "prefixgate_requests", "Requests answered, by route and HTTP status.",
-            ["route", "status"], registry=self.registry,
+            "prefixgate_requests", "Requests answered, by route, tenant, pool (none: refused before one "
+            "was chosen) and HTTP status (499: the client left).",
+            ["route", "tenant", "pool", "status"], registry=self.registry,
+        )
+        self._tokens = Counter(
+            "prefixgate_tokens", "Tokens of answered requests by tenant, pool and kind (prompt, completion), "
+            "from the engine's usage; a stream without include_usage counts completion tokens from its events.",
+            ["tenant", "pool", "kind"], registry=self.registry,
+        )
+        self._tpot = Histogram(
+            "prefixgate_time_per_output_token_seconds",
+            "Streamed answers: time from the first chunk to the last over completion tokens after the first.",
+            ["pool"], buckets=TPOT_BUCKETS, registry=self.registry,
+        )
+        self._stage = Histogram(
+            "prefixgate_stage_seconds", "Time per request stage: request (auth, body read, validation), "
+            "canonicalize (prompt rewrite), admission (limits), upstream (replica taken to last byte); "
+            "retrieval's embed, search and select; the queue is prefixgate_queue_wait_seconds.",
+            ["stage"], buckets=LATENCY_BUCKETS, registry=self.registry,
         )
         self._duration = Histogram(
             "prefixgate_request_duration_seconds",
@@ -61,10 +86,6 @@ class Metrics:
         self._moved = Counter(
             "prefixgate_volatile_spans_moved", "Volatile spans taken out of prompt prefixes, by tenant.",
             ["tenant"], registry=self.registry,
-        )
-        self._retrieval_stage = Histogram(
-            "prefixgate_retrieval_stage_seconds", "Time spent per retrieval stage: embed, search, select.",
-            ["stage"], buckets=LATENCY_BUCKETS, registry=self.registry,
         )
         self._embedding_batch = Histogram(
             "prefixgate_embedding_batch_size", "Questions per embedding call after micro-batching.",
@@ -112,17 +133,50 @@ class Metrics:
         self.load = LoadCollector()
         self.registry.register(self.load)
         self._children: dict[tuple[str, ...], tuple[Counter, Histogram]] = {}
+        self._answer_children: dict[tuple[str, str], tuple[Counter, Counter, Histogram]] = {}
+        self._stage_children: dict[str, Histogram] = {}
         self._tenant_children: dict[str, tuple[Histogram, Histogram, Counter]] = {}
         self._ttft_children: dict[str, Histogram] = {}
 
-    def observe_request(self, route: str, status: int, seconds: float) -> None:
-        key = (route, str(status))
+    def label_tenants(self, tenants: list[str], most: int) -> None:
+        """Give these tenants (the first ``most``) their own label value; all others count as other."""
+        self._labelled = frozenset(tenants[:most])
+
+    def tenant_label(self, tenant: str) -> str:
+        return tenant if tenant in self._labelled else OTHER_TENANTS
+
+    def observe_request(self, route: str, status: int, seconds: float, tenant: str = "none",
+                        pool: str = "none") -> None:
+        """``tenant``: the tenant's label (tenant_label), or none before authentication."""
+        key = (route, tenant, pool, str(status))
         children = self._children.get(key)
         if children is None:
-            children = (self._requests.labels(*key), self._duration.labels(*key))
+            children = (self._requests.labels(*key), self._duration.labels(route, key[3]))
             self._children[key] = children
         children[0].inc()
         children[1].observe(seconds)
+
+    def observe_answer(self, tenant: str, pool: str, prompt: int | None, completion: int | None,
+                       stream_seconds: float | None) -> None:
+        """Tokens of an answered request and, for a stream, its time per output token."""
+        key = (tenant, pool)
+        children = self._answer_children.get(key)
+        if children is None:
+            children = (self._tokens.labels(tenant, pool, "prompt"), self._tokens.labels(tenant, pool, "completion"),
+                        self._tpot.labels(pool))
+            self._answer_children[key] = children
+        if prompt:
+            children[0].inc(prompt)
+        if completion:
+            children[1].inc(completion)
+            if stream_seconds is not None and completion > 1:
+                children[2].observe(stream_seconds / (completion - 1))
+
+    def observe_stage(self, stage: str, seconds: float) -> None:
+        child = self._stage_children.get(stage)
+        if child is None:
+            child = self._stage_children[stage] = self._stage.labels(stage)
+        child.observe(seconds)
 
     def observe_ttft(self, route: str, seconds: float) -> None:
         child = self._ttft_children.get(route)
@@ -131,6 +185,7 @@ class Metrics:
         child.observe(seconds)
 
     def observe_prompt(self, tenant: str, stable_tokens: int, stable_ratio: float, moved: int) -> None:
+        tenant = self.tenant_label(tenant)
         children = self._tenant_children.get(tenant)
         if children is None:
             children = self._tenant_children[tenant] = (
@@ -142,7 +197,7 @@ class Metrics:
 
     def observe_retrieval(self, stages: dict[str, float]) -> None:
         for stage, seconds in stages.items():
-            self._retrieval_stage.labels(stage).observe(seconds)
+            self.observe_stage(stage, seconds)
 
     def observe_embedding_batch(self, size: int) -> None:
         self._embedding_batch.observe(size)
@@ -163,10 +218,10 @@ class Metrics:
         self._upstream_retries.labels(pool).inc()
 
     def rate_limited(self, tenant: str, limit: str) -> None:
-        self._rate_limited.labels(tenant, limit).inc()
+        self._rate_limited.labels(self.tenant_label(tenant), limit).inc()
 
     def admission_clamped(self, tenant: str) -> None:
-        self._clamped.labels(tenant).inc()
+        self._clamped.labels(self.tenant_label(tenant)).inc()
 
     def observe_length(self, pool: str, predicted_p90: int, actual: int) -> None:
         self._output_tokens.labels(pool, "predicted_p90").observe(predicted_p90)

@@ -54,7 +54,7 @@ class Exchange:
 
     __slots__ = ("admission", "admitted", "answer_key", "answer_ttl", "answers", "body", "fallback", "gate",
                  "headers", "holds_slot", "keepalive", "key", "metrics", "model", "path", "pool", "replica", "route",
-                 "started", "status", "stream", "tenant", "url", "usage")
+                 "started", "status", "stream", "streamed", "taken_at", "tenant", "url", "usage")
 
     def __init__(
         self, *, pool: Pool, key: int | None, tenant: str, path: str, body: bytes, stream: bool,
@@ -84,11 +84,15 @@ class Exchange:
         self.admission = admission  # with admitted: told the usage when the answer ends
         self.admitted = admitted
         self.usage: tuple[int | None, int | None] = (None, None)  # (prompt, completion) tokens, where known
+        self.taken_at: float | None = None  # when the first replica took it (perf_counter)
+        self.streamed: float | None = None  # seconds from a stream's first chunk to its last
         self.gate = pool.gate  # when set, a slot of it is held (holds_slot) until the exchange ends
         self.holds_slot = False
         self.keepalive: KeepAlive | None = None  # ticks while a stream waits for its first chunk
 
     def _take(self, replica: Replica) -> None:
+        if self.taken_at is None:
+            self.taken_at = perf_counter()
         replica.in_flight += 1
         self.replica = replica
         self.url = replica.base_url + self.path
@@ -206,7 +210,7 @@ class Exchange:
 
     async def _relay_whole(self, send: Send, watch: DisconnectWatch, reply: Reply) -> None:
         body = await reply.read()
-        if self.admission is not None and reply.status == 200:
+        if reply.status == 200:
             self.usage = usage_in(body)
         if self.answer_key is not None and reply.status == 200:
             try:
@@ -251,24 +255,23 @@ class Exchange:
         if not self._committed:
             headers = [*SSE_HEADERS, *self.headers] if self.headers else SSE_HEADERS
             await send({"type": "http.response.start", "status": 200, "headers": headers})
+        first_at = perf_counter()
         if first:
-            self.metrics.observe_ttft(self.route, perf_counter() - self.started)
+            self.metrics.observe_ttft(self.route, first_at - self.started)
         chunk = first
         tail = b""
         kept: list[bytes] | None = [] if self.answer_key is not None else None  # for the answer store
-        counting = self.admission is not None
         events = 0
         while chunk:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            tail = tail[-480:] + chunk[-512:] if counting else tail[-16:] + chunk[-32:]
-            if counting:
-                events += stream_events(chunk)
+            tail = tail[-480:] + chunk[-512:]
+            events += stream_events(chunk)
             if kept is not None:
                 kept.append(chunk)
             chunk = await reply.next_chunk()
-        if counting:
-            prompt, completion = usage_in(tail)  # present when the client asked for include_usage
-            self.usage = (prompt, completion if completion is not None else streamed_completion_tokens(events))
+        self.streamed = perf_counter() - first_at
+        prompt, completion = usage_in(tail)  # present when the client asked for include_usage
+        self.usage = (prompt, completion if completion is not None else streamed_completion_tokens(events))
         if _DONE not in tail:
             raise UpstreamBroken("stream closed without [DONE]")
         if kept is not None:

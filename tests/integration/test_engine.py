@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from tests.conftest import Embedded
+from tests.deploy.test_deploy import dashboard_metrics, exposed_names
 from tests.support.metrics_text import sample_sum
 
 pytestmark = pytest.mark.engine
@@ -128,6 +129,19 @@ def test_ready_and_metrics_after_real_traffic(embedded: Embedded) -> None:
     text = httpx.get(embedded.proxy + "/metrics").text
     assert sample_sum(text, "prefixgate_time_to_first_token_seconds_count", route="/chat/completions") >= 1
     assert sample_sum(text, "prefixgate_requests_total", route="/chat/completions", status="200") >= 1
+
+
+def test_the_dashboard_queries_metrics_the_real_engine_and_gateway_expose(embedded: Embedded) -> None:
+    """deploy/grafana's panels on vLLM (running, waiting, KV usage, preemptions, prefix-cache hits)
+    read names this engine's /metrics has; its TPOT and token panels read prefixgate's, after traffic."""
+    client(embedded).chat.completions.create(model=embedded.model, messages=MESSAGES, max_tokens=4, stream=True,
+                                             extra_body={"ignore_eos": True}).close()
+    engine = exposed_names(httpx.get(embedded.engine + "/metrics", timeout=10).text)
+    wanted = dashboard_metrics("vllm:")
+    assert len(wanted) >= 5
+    assert wanted <= engine, sorted(wanted - engine)
+    gateway = exposed_names(httpx.get(embedded.proxy + "/metrics", timeout=10).text)
+    assert dashboard_metrics("prefixgate_") <= gateway
 
 
 def test_engine_sees_the_canonical_prefix_and_the_tail_note(embedded: Embedded) -> None:

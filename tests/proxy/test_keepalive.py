@@ -12,6 +12,7 @@ import openai
 import orjson
 
 from tests.conftest import FakeServer, pool
+from tests.support.metrics_text import sample_sum
 
 
 def _stream(model: str = "fake-model", **extra: object) -> dict:
@@ -91,7 +92,8 @@ def test_an_engine_error_after_comments_is_the_last_event(fake: FakeServer, star
     error = orjson.loads(lines[-1].removeprefix(b"data: "))["error"]
     assert error["message"] == "fake bad request"
     metrics = httpx.get(proxy + "/metrics").text
-    assert 'prefixgate_requests_total{route="/chat/completions",status="400"} 1.0' in metrics
+    assert sample_sum(metrics, "prefixgate_requests_total", route="/chat/completions", status="400",
+                      tenant="default", pool="p") == 1
 
 
 def test_a_queue_timeout_after_comments_is_the_last_event(fake: FakeServer,
