@@ -10,7 +10,9 @@ shared state.
 A hot prefix must not pile onto one engine: a replica is taken only while its load after taking the
 request stays within ``bound`` times the mean (Mirrokni, Thorup and Zadimoghaddam, "Consistent
 Hashing with Bounded Loads", 2018); otherwise the walk goes on clockwise to the next replica, which
-is the same "second choice" in every process.
+is the same "second choice" in every process. A replica's load is this process's requests in
+flight plus, where its engine's /metrics were read lately, the requests other senders have there
+(policies/engine_load.py), so processes that share engines see each other's load.
 
 Each spill costs the replica it lands on a cold prefill of the prefix, so the prefix's home (the
 first healthy replica on its ring walk, the same in every process) may hold ``home_slack`` requests

@@ -32,6 +32,17 @@ class HealthChecks(_Frozen):
     max_backoff: float = Field(30.0, gt=0)
 
 
+class EngineMetrics(_Frozen):
+    """Reading each replica's own /metrics (vLLM's) every ``interval`` seconds (0: off): exposed per
+    replica on prefixgate's /metrics, and the requests other senders have at a replica (other
+    workers, gateways, direct clients) count toward its load in the replica choice. A reading
+    older than three intervals counts for nothing; an upstream that is not vLLM is left alone."""
+
+    interval: float = Field(2.0, ge=0)
+    timeout: float = Field(2.0, gt=0)
+    path: str = "/metrics"
+
+
 def _check_base_url(url: str) -> str:
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"'{url}' is not an http(s) base URL such as http://127.0.0.1:8000/v1")
@@ -47,6 +58,7 @@ class UpstreamConfig(_Frozen):
     api_key: str | None = Field(None, repr=False)  # sent to the upstream, e.g. vLLM --api-key
     health_path: str = "/health"
     health: HealthChecks = HealthChecks()
+    engine_metrics: EngineMetrics = EngineMetrics()
     max_connections: int = Field(1024, ge=1)
     # A connection refused or a 502/503 before any byte reached the client is tried again on another
     # replica, ``retries`` times at most, while retries under way stay within retry_budget x requests

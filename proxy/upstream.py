@@ -23,6 +23,7 @@ from policies.replica import least_loaded
 from policies.stable_prefix import Pieces
 from proxy.backpressure import PoolGate
 from proxy.config import Config
+from proxy.engine_stats import EngineReading, start_engine_polls
 from proxy.errors import OpenAIError
 from proxy.pool_config import PoolConfig, Timeouts, UpstreamConfig
 from proxy.transport import Transport, UpstreamError
@@ -43,7 +44,8 @@ def _origin(base_url: str) -> str:
 
 
 class Replica:
-    __slots__ = ("base_url", "health", "health_url", "in_flight", "origin", "pool", "rules", "transport")
+    __slots__ = ("base_url", "engine", "engine_up", "health", "health_url", "in_flight", "origin", "others",
+                 "others_until", "pool", "rules", "transport")
 
     def __init__(self, base_url: str, transport: Transport, health_path: str, rules: EjectionRules,
                  pool: str = "") -> None:
@@ -51,7 +53,11 @@ class Replica:
         self.origin = _origin(base_url)
         self.health_url = self.origin + health_path
         self.transport = transport
-        self.in_flight = 0
+        self.in_flight = 0  # this process's requests
+        self.engine: EngineReading | None = None  # the latest reading of the engine's /metrics
+        self.engine_up = False  # the latest reading succeeded
+        self.others = 0  # requests at the engine from other senders, as read ...
+        self.others_until = 0.0  # ... and counted in the choice until then (monotonic clock)
         self.health: HealthState = HEALTHY
         self.rules = rules
         self.pool = pool
@@ -79,6 +85,7 @@ class Pool:
         self.name = name
         self.timeouts: Timeouts = config.timeouts
         self.checks = config.health
+        self.engine_metrics = config.engine_metrics
         rules = EjectionRules(config.health.eject_after, config.health.backoff, config.health.max_backoff)
         self.declared_models = frozenset(config.models)
         self.discovered_models: frozenset[str] = frozenset()
@@ -167,7 +174,7 @@ class Pool:
     def _choose(self, key: int | None, avoid: Replica | None) -> int | None:
         replicas = self.replicas
         now = time.monotonic()
-        in_flight = [r.in_flight for r in replicas]
+        in_flight = [r.in_flight + r.others if now < r.others_until else r.in_flight for r in replicas]
         healthy = [r is not avoid and usable(r.health, now, r.in_flight) for r in replicas]
         if key is None:
             return least_loaded(in_flight, healthy, next(self._turn))
@@ -242,9 +249,10 @@ class Upstreams:
         self.routes_by_length = any(pool.option.kind == "short" for pool in self.pools)
 
     def start_checks(self) -> None:
-        """Active health checks for the pools of several replicas that ask for them."""
+        """Active health checks for the pools of several replicas that ask for them; engine readings."""
         self._checks = [asyncio.get_running_loop().create_task(pool.check_forever(), name=f"health {pool.name}")
                         for pool in self.pools if pool.checks.interval > 0 and len(pool.replicas) > 1]
+        self._checks += start_engine_polls(self.all_pools())
 
     def all_pools(self) -> Iterable[Pool]:
         yield from self.pools

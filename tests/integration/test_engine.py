@@ -144,6 +144,30 @@ def test_the_dashboard_queries_metrics_the_real_engine_and_gateway_expose(embedd
     assert dashboard_metrics("prefixgate_") <= gateway
 
 
+def test_prefixgate_reads_each_replicas_engine_from_its_metrics(embedded: Embedded) -> None:
+    """The engine's prefix-cache hit rate, KV usage and scheduler counts, read from its /metrics on an
+    interval, show on prefixgate's /metrics for its replica; requests that share a long start hit."""
+    system = "You answer questions about the ACME warehouse. " * 60  # several 128-token blocks
+    for turn in range(3):
+        client(embedded).chat.completions.create(
+            model=embedded.model, max_tokens=2,
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": f"question {turn}"}])
+    deadline = time.monotonic() + 15
+    while True:
+        text = httpx.get(embedded.proxy + "/metrics", timeout=10).text
+        if sample_sum(text, "prefixgate_engine_prefix_cache_hit_rate") > 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    replica = embedded.engine + "/v1"
+    assert sample_sum(text, "prefixgate_engine_up", replica=replica) == 1
+    assert 0 < sample_sum(text, "prefixgate_engine_prefix_cache_hit_rate", replica=replica) <= 1
+    assert 0 <= sample_sum(text, "prefixgate_engine_kv_cache_usage", replica=replica) <= 1
+    assert sample_sum(text, "prefixgate_engine_others_requests", replica=replica) == 0  # prefixgate sent them all
+    engine = httpx.get(embedded.engine + "/metrics", timeout=10).text
+    assert (sample_sum(text, "prefixgate_engine_preemptions_total", replica=replica)
+            == sample_sum(engine, "vllm:num_preemptions_total"))
+
+
 def test_engine_sees_the_canonical_prefix_and_the_tail_note(embedded: Embedded) -> None:
     """vLLM reports back the prompt it rendered (prompt_logprobs): the volatile line left the system
     prompt and arrived, intact, after the user's question."""

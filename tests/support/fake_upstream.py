@@ -91,6 +91,8 @@ class FakeUpstream:
     def __init__(self, fail_status: int | None = None) -> None:
         self.stats = Stats()
         self.fail_status = fail_status  # answer every generation request with this error, as an engine shedding load
+        self.serves_metrics = True  # GET /metrics answers in vLLM's names, else 404 as a non-vLLM upstream
+        self.waiting = 0  # requests /metrics reports waiting, beside those it is really answering (running)
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -132,10 +134,23 @@ class FakeUpstream:
         elif path == "/v1/models":
             cards = [{"id": name, "object": "model", "owned_by": "fake", "max_model_len": 4096} for name in MODEL_NAMES]
             await _respond(send, 200, orjson.dumps({"object": "list", "data": cards}))
+        elif path == "/metrics" and self.serves_metrics:
+            await _respond(send, 200, self._engine_metrics())
         elif path == "/_stats":
             await _respond(send, 200, orjson.dumps(self.stats.summary()))
         else:
             await _respond(send, 404, b'{"detail":"Not Found"}')
+
+    def _engine_metrics(self) -> bytes:
+        labels = '{engine="0",model_name="fake-model"}'
+        lines = ["# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{labels} {self.stats.active}.0",
+                 "# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{labels} {self.waiting}.0",
+                 "# TYPE vllm:kv_cache_usage_perc gauge",
+                 f"vllm:kv_cache_usage_perc{labels} {min(1.0, (self.stats.active + self.waiting) / 16)}",
+                 "# TYPE vllm:prefix_cache_queries counter", f"vllm:prefix_cache_queries_total{labels} "
+                 f"{100.0 * self.stats.completed}", "# TYPE vllm:prefix_cache_hits counter",
+                 f"vllm:prefix_cache_hits_total{labels} {75.0 * self.stats.completed}"]
+        return "\n".join(lines).encode() + b"\n"
 
     async def _embeddings(self, request: dict[str, Any], send: Any) -> None:
         inputs = request["input"] if isinstance(request["input"], list) else [request["input"]]
