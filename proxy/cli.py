@@ -21,6 +21,7 @@ import uvicorn
 from proxy.analyze import add_parser as add_analyze_parser
 from proxy.app import ENV_RESOLVED_CONFIG, create_app
 from proxy.config import Config, ConfigError, dump_config, load_config, with_engine_pool
+from proxy.config_reference import add_reference_parser
 from proxy.engine import EngineError, LocalEngine, free_port, vllm_available
 from proxy.ingest import add_parser as add_ingest_parser
 
@@ -122,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=serve)
     add_analyze_parser(commands)
     add_ingest_parser(commands)
+    add_reference_parser(commands)
     return parser
 
 

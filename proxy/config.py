@@ -36,8 +36,12 @@ class TenantKey(_Frozen):
     """One API key. ``key_env`` keeps the secret out of the file; exactly one of the two is set."""
 
     tenant: str = Field(min_length=1)
+    """the tenant this key authenticates as"""
     key: str | None = Field(None, min_length=8, repr=False)
+    """the secret clients send as `Authorization: Bearer <key>`, at least 8 characters"""
     key_env: str | None = None
+    """the environment variable that holds the secret instead (keeps it out of the file); exactly one of `key` and
+    `key_env`"""
 
     @model_validator(mode="after")
     def _one_source(self) -> TenantKey:
@@ -50,35 +54,53 @@ class AuthConfig(_Frozen):
     """No keys means open mode: every request is the 'default' tenant (sidecar on loopback)."""
 
     keys: list[TenantKey] = Field(default_factory=list)
+    """API keys, each `{tenant, key}` or `{tenant, key_env}`. Empty: open mode, every request is tenant `default`
+    (prefixgate warns when open mode listens on a non-loopback address)"""
 
 
 class ServerConfig(_Frozen):
     host: str = "127.0.0.1"
+    """listen address"""
     port: int = Field(8080, ge=0, le=65535)
+    """listen port"""
     workers: int = Field(1, ge=1)
+    """uvicorn worker processes"""
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    """larger request bodies get 413"""
     http_client: Literal["aiohttp", "httpx"] = "aiohttp"
+    """upstream HTTP client: `aiohttp` or `httpx`"""
     ready_timeout: float = Field(2.0, gt=0)
+    """seconds for each replica probe of `/ready` and model discovery"""
 
 
 class EngineConfig(_Frozen):
     """The embedded default: a local vLLM CPU engine, started only when no pool is configured."""
 
-    enabled: bool | None = None  # None: start one exactly when no pool is configured
+    enabled: bool | None = Field(None, json_schema_extra={"shown_default": "auto"})
+    """`true`/`false` to force; auto = only when `pools` is empty"""
     served_model_name: str = "prefixgate-tiny"
-    model_dir: str | None = None  # a model to serve; default: the tiny model built under data_dir
-    port: int | None = Field(None, ge=1, le=65535)
+    """model name clients use"""
+    model_dir: str | None = Field(None, json_schema_extra={"shown_default": "built tiny model"})
+    """a local model directory to serve instead"""
+    port: int | None = Field(None, ge=1, le=65535, json_schema_extra={"shown_default": "free port"})
+    """engine port on 127.0.0.1"""
     max_model_len: int = Field(4096, ge=128)
+    """longest prompt plus output, in tokens (`--max-model-len`)"""
     kv_cache_gib: int = Field(1, ge=1)
+    """`VLLM_CPU_KVCACHE_SPACE`"""
     startup_timeout: float = Field(240.0, gt=0)
+    """seconds to wait for the engine's `/health`"""
     extra_args: list[str] = Field(default_factory=list)
+    """more `vllm serve` flags"""
 
 
 class VolatilePattern(_Frozen):
     """A tenant's own volatile span: a regex; a group named ``value`` narrows the span to it."""
 
     name: str = Field(min_length=1)
+    """names the span in the tail note"""
     regex: str = Field(min_length=1)
+    """a Python regular expression, matched within one line; a group named `value` narrows the span to it"""
 
     @field_validator("regex")
     @classmethod
@@ -94,7 +116,9 @@ class TemplateConfig(_Frozen):
     """A canonical system preamble with ``{variables}``; see docs/configuration.md, prompt.templates."""
 
     name: str = Field(min_length=1)
+    """names the template (in errors and metrics)"""
     text: str = Field(min_length=1)
+    """the canonical preamble, with `{variables}`"""
 
     @model_validator(mode="after")
     def _compiles(self) -> TemplateConfig:
@@ -106,56 +130,106 @@ class PromptConfig(_Frozen):
     """How chat prompts are made cache-friendly (see docs/configuration.md, section prompt)."""
 
     volatile: Literal["relocate", "strip", "keep"] = "relocate"
+    """what to do with volatile spans (dates, clock lines, UUIDs, traceparent, labelled trace/request/session IDs,
+    labelled epochs): `relocate` to the tail note, `strip` (drop), `keep` (count only)"""
     scope: Literal["system", "history"] = "system"
+    """where to look: `system` (system/developer messages) or `history` (also earlier user and assistant turns; never
+    the last user turn)"""
     note: Literal["last_user", "system_message"] = "last_user"
+    """where the note goes: appended to the last user message, or `system_message` (a final system message; some chat
+    templates refuse a system message that is not first)"""
     canonical: bool = True
+    """canonical system text, tools sorted by name with sorted keys, `response_format` schemas with sorted keys (so a
+    JSON schema's property order, and the order of generated keys, becomes alphabetical)"""
     patterns: list[VolatilePattern] = Field(default_factory=list)
+    """your own volatile spans: `[{name: ticket, regex: "TICKET-\\\\d+"}]`; a group named `value` narrows the span;
+    matched within one line"""
     templates: list[TemplateConfig] = Field(default_factory=list)
+    """canonical system preambles: `[{name: support, text: "You are {agent}, the support agent of {company}."}]`. A
+    system message that starts with a match (whitespace runs match any whitespace; a variable matches text within
+    one line; `{{`/`}}` are literal braces) is rewritten to `You are [agent], the support agent of [company].` and
+    the values go to the note as `[agent] = Max`"""
     cache_salt: Literal["isolate", "share"] = "isolate"
+    """`isolate`: each tenant gets its own vLLM `cache_salt` (a client's own salt is mixed into it), so no tenant can
+    hit or time another's cached prefixes; `share`: the client's salt, if any, passes unchanged and tenants with
+    equal prompts share cached blocks. An engine that does not know `cache_salt` (vLLM before 0.9, other
+    OpenAI-compatible servers) needs `share`, which sends none unless the client does"""
 
 
 class LimitsConfig(_Frozen):
     """Admission per tenant (see docs/configuration.md, section limits). None: no limit."""
 
     requests_per_minute: int | None = Field(None, ge=1)
-    tokens_per_minute: int | None = Field(None, ge=1)  # prompt tokens + reserved output, settled with usage
-    max_tokens: int | None = Field(None, ge=1)  # most output tokens a request may ask for
+    """requests a tenant may send in any rolling minute"""
+    tokens_per_minute: int | None = Field(None, ge=1)
+    """prompt tokens plus reserved output a tenant may send in any rolling minute; the reservation is settled with the
+    usage the upstream reports"""
+    max_tokens: int | None = Field(None, ge=1)
+    """most output tokens a request may ask for (`max_tokens` or `max_completion_tokens`)"""
     max_tokens_action: Literal["clamp", "reject"] = "clamp"
-    default_max_tokens: int | None = Field(None, ge=1)  # given to requests that name none
+    """a request above `max_tokens`: `clamp` it to the limit, or `reject` it with a 400 that names the field and the
+    limit"""
+    default_max_tokens: int | None = Field(None, ge=1)
+    """`max_tokens` given to requests that name none"""
     max_input_tokens: int | None = Field(None, ge=1)
-    output_reservation: int = Field(256, ge=0)  # tokens held for an answer with no max_tokens nor history
+    """longest prompt, counted as it will be sent (rewritten, with retrieved context); longer ones get 400"""
+    output_reservation: int = Field(256, ge=0)
+    """output tokens held against `tokens_per_minute` for a request with neither `max_tokens` nor a length prediction"""
 
 
 class TenantConfig(_Frozen):
     """Per-tenant settings. ``prompt`` and ``limits`` fields here replace the top-level ones."""
 
     prompt: PromptConfig = PromptConfig()
+    """this tenant's `prompt` fields; they replace the top-level ones of the same name"""
     limits: LimitsConfig = LimitsConfig()
+    """this tenant's `limits` fields; they replace the top-level ones of the same name"""
     retrieval: TenantRetrieval | None = None
-    answer_cache: AnswerCacheConfig | None = None  # opt-in
+    """context from the tenant's own documents (see below); none: no retrieval"""
+    answer_cache: AnswerCacheConfig | None = None
+    """exact deterministic repeats answered from memory (see below); none: off"""
 
 
 class MetricsConfig(_Frozen):
     """Which tenants get their own label value on /metrics; the rest count as ``other``."""
 
-    tenants: list[str] | None = None  # None: the configured tenants, by name
-    max_tenants: int = Field(100, ge=0)  # at most this many of them
+    tenants: list[str] | None = Field(None, json_schema_extra={"shown_default": "the tenants API keys name"})
+    """tenants that get their own `tenant` label value; every other tenant counts as `other` (and requests refused
+    before authentication as `none`), so a thousand keys make no more series than the list"""
+    max_tenants: int = Field(100, ge=0)
+    """at most this many of them (the first, by name when taken from the keys)"""
 
 
 class Config(_Frozen):
     server: ServerConfig = ServerConfig()
+    """listen address, workers, body limit, upstream HTTP client"""
     auth: AuthConfig = AuthConfig()
+    """API keys and their tenants"""
     pools: list[PoolConfig] = Field(default_factory=list)
+    """upstream pools of OpenAI-compatible replicas; empty: the embedded engine"""
     embeddings: UpstreamConfig | None = None
+    """a pool for `POST /v1/embeddings` (a pool's fields without `name`); none: the pool that serves the requested
+    model"""
     prompt: PromptConfig = PromptConfig()
+    """the chat prompt rewrite for the prefix cache"""
     limits: LimitsConfig = LimitsConfig()
-    tokenizer: str | None = None  # a tokenizer.json for exact token counts; default: 4 characters a token
+    """admission per tenant: rate limits and token caps"""
+    tokenizer: str | None = None
+    """a Hugging Face `tokenizer.json` for exact prompt-token counts; none: an estimate (4 characters a token, more for
+    non-ASCII text)"""
     tenants: dict[str, TenantConfig] = Field(default_factory=dict)
+    """per-tenant settings, by tenant name (the names in `auth.keys`; `default` in open mode)"""
     retrieval: RetrievalConfig = RetrievalConfig()
-    redis: RedisConfig | None = None  # caches shared by replicas; default: in-process only
+    """where retrieved chunks live and how text is embedded"""
+    redis: RedisConfig | None = None
+    """Redis shared by gateway replicas, for rate limits and caches; none: each process on its own"""
     engine: EngineConfig = EngineConfig()
+    """the embedded vLLM engine"""
     metrics: MetricsConfig = MetricsConfig()
-    data_dir: str = Field(default_factory=lambda: str(Path.home() / ".cache" / "prefixgate"))
+    """what `/metrics` labels"""
+    data_dir: str = Field(default_factory=lambda: str(Path.home() / ".cache" / "prefixgate"),
+                          json_schema_extra={"shown_default": "`~/.cache/prefixgate`"})
+    """where the tiny model, the engine log and embedded Qdrant live"""
     resolved_keys: dict[str, str] = Field(default_factory=dict, repr=False, exclude=True)
 
     @field_validator("pools")

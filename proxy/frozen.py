@@ -6,4 +6,7 @@ from pydantic import BaseModel, ConfigDict
 
 
 class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    """A field's docstring (the string after it) is its description: docs/configuration.md's tables
+    are written from them (proxy/config_reference.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)

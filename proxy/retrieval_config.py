@@ -13,21 +13,38 @@ from proxy.frozen import Frozen as _Frozen
 class RetrievalConfig(_Frozen):
     """Where chunks live and how text is embedded; tenants opt in with ``tenants.<name>.retrieval``."""
 
-    qdrant_url: str | None = None  # a Qdrant server (gRPC preferred); default: embedded, under data_dir
-    qdrant_grpc_port: int = Field(6334, ge=1, le=65535)  # the server's gRPC port (qdrant_url names its REST port)
-    qdrant_path: str | None = None  # embedded mode's folder; default: <data_dir>/qdrant
+    qdrant_url: str | None = None
+    """a Qdrant server, e.g. `http://qdrant:6333` (gRPC preferred); none: embedded Qdrant under `data_dir`"""
+    qdrant_grpc_port: int = Field(6334, ge=1, le=65535)
+    """the server's gRPC port (`qdrant_url` names its REST port)"""
+    qdrant_path: str | None = None
+    """embedded mode's folder; none: `<data_dir>/qdrant`"""
     timeout: float = Field(5.0, gt=0)
-    embeddings_url: str | None = None  # an OpenAI-compatible /v1 base URL; default: MiniLM in-process
+    """seconds for each Qdrant or embedding call"""
+    embeddings_url: str | None = None
+    """an OpenAI-compatible `/v1` base URL (e.g. a vLLM pooling pool); none: all-MiniLM-L6-v2 in process (`pip install
+    'prefixgate[retrieval]'`)"""
     embeddings_model: str = "all-MiniLM-L6-v2"
+    """the model name sent to `embeddings_url`"""
     embeddings_dimensions: int = Field(384, ge=1)
-    batch_max: int = Field(32, ge=1)  # micro-batch: most questions per embedding call
-    batch_wait_ms: float = Field(0.0, ge=0)  # micro-batch: wait for company when the model is idle (0: none)
-    cache: bool = True  # cache selected passages per tenant and question
+    """the embedding vector's size"""
+    batch_max: int = Field(32, ge=1)
+    """micro-batch: most questions per embedding call"""
+    batch_wait_ms: float = Field(0.0, ge=0)
+    """micro-batch: how long a question waits for company when the embedder is idle; 0: go at once, and batch while it
+    is busy"""
+    cache: bool = True
+    """cache the selected passages per tenant and normalized question"""
     cache_ttl_s: float = Field(300.0, gt=0)
-    cache_empty_ttl_s: float = Field(30.0, gt=0)  # no passages found: retry sooner
-    version_poll_s: float = Field(2.0, gt=0)  # how often the gateway looks for ingests that change a collection
-    chunk_tokens: int = Field(200, ge=8)  # ingestion: tokens per chunk (MiniLM reads at most 256)
+    """seconds a cached selection is reused, with +-10 % random jitter"""
+    cache_empty_ttl_s: float = Field(30.0, gt=0)
+    """the same for a question that found no passages (retried sooner)"""
+    version_poll_s: float = Field(2.0, gt=0)
+    """how often gateways look for ingests that changed a collection (entries from before are not read again)"""
+    chunk_tokens: int = Field(200, ge=8)
+    """ingestion: chunk size in the embedding model's tokens (MiniLM reads at most 256)"""
     chunk_overlap: int = Field(32, ge=0)
+    """ingestion: tokens each chunk repeats from the one before (less than `chunk_tokens`)"""
 
     @model_validator(mode="after")
     def _overlap_fits(self) -> RetrievalConfig:
@@ -40,27 +57,40 @@ class TenantRetrieval(_Frozen):
     """Context from a tenant's own documents, added before the final user message."""
 
     collection: str = Field("prefixgate", min_length=1)
+    """the Qdrant collection that holds the tenant's chunks (searches are filtered on the tenant)"""
     enabled: bool = True
-    candidates: int = Field(20, ge=1, le=200)  # hits fetched before selection
+    """`false` keeps the settings but retrieves nothing"""
+    candidates: int = Field(20, ge=1, le=200)
+    """hits fetched before selection"""
     top_n: int = Field(5, ge=1)
+    """most passages kept"""
     budget_tokens: int = Field(1500, ge=1)
+    """most tokens of passages (estimated at 4 characters each)"""
     duplicate_similarity: float = Field(0.85, gt=0, le=1)
-    fallback: bool = False  # model unavailable: answer with the passages (x-prefixgate-degraded) instead of an error
+    """word-shingle similarity at or above which a passage counts as a copy of a better one and is dropped"""
+    fallback: bool = False
+    """when the model times out, is unreachable or has no healthy replica, answer with the passages found (header
+    `x-prefixgate-degraded`) instead of a 502/503/504"""
 
 
 class AnswerCacheConfig(_Frozen):
     """Exact repeats of deterministic requests (temperature 0, one choice, no tools) answered from memory."""
 
     ttl_s: float = Field(600.0, gt=0)
+    """seconds an answer may be reused"""
 
 
 class RedisConfig(_Frozen):
     """Redis shared by every gateway replica; caches keep a short in-process tier in front of it."""
 
-    url: str = Field(min_length=1, repr=False)  # redis[s]://[:password@]host[:port][/db]
-    timeout_ms: float = Field(100.0, gt=0)  # each call; past it the cache counts a miss
-    front_ttl_s: float = Field(5.0, gt=0)  # in-process tier: how long a replica reuses what it read
-    retry_s: float = Field(2.0, gt=0)  # after a failed call, in-process only for this long
+    url: str = Field(min_length=1, repr=False)
+    """`redis://[:password@]host[:port][/db]`, `rediss://` for TLS"""
+    timeout_ms: float = Field(100.0, gt=0)
+    """each Redis call; past it the cache counts a miss"""
+    front_ttl_s: float = Field(5.0, gt=0)
+    """in-process tier in front of Redis: how long a replica reuses what it read or wrote"""
+    retry_s: float = Field(2.0, gt=0)
+    """after a failed call, use the in-process tier alone for this long"""
 
     @field_validator("url")
     @classmethod
