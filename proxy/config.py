@@ -200,6 +200,18 @@ class MetricsConfig(_Frozen):
     """at most this many of them (the first, by name when taken from the keys)"""
 
 
+class AccessLogConfig(_Frozen):
+    """One JSON line per request (tenant, pool, replica, status, tokens, stage timings, cache results)."""
+
+    enabled: bool = False
+    """write the access log. Off by default, as in most proxies: a sidecar's app and engine log already. A line
+    costs about 5 microseconds of CPU (4.2 per line serialized and written, writer thread included)"""
+    path: str | None = Field(None, json_schema_extra={"shown_default": "standard output"})
+    """a file to append to"""
+    prompts: bool = False
+    """debugging only: add each request's body as sent upstream (prompt content) to its line"""
+
+
 class Config(_Frozen):
     server: ServerConfig = ServerConfig()
     """listen address, workers, body limit, upstream HTTP client"""
@@ -227,6 +239,8 @@ class Config(_Frozen):
     """the embedded vLLM engine"""
     metrics: MetricsConfig = MetricsConfig()
     """what `/metrics` labels"""
+    access_log: AccessLogConfig = AccessLogConfig()
+    """one JSON line per request"""
     data_dir: str = Field(default_factory=lambda: str(Path.home() / ".cache" / "prefixgate"),
                           json_schema_extra={"shown_default": "`~/.cache/prefixgate`"})
     """where the tiny model, the engine log and embedded Qdrant live"""

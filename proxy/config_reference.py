@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from proxy.config import (
+    AccessLogConfig,
     AuthConfig,
     Config,
     EngineConfig,
@@ -36,7 +37,7 @@ TABLES: dict[str, type[BaseModel]] = {
     "top": Config, "server": ServerConfig, "auth": AuthConfig, "pools": PoolConfig, "limits": LimitsConfig,
     "prompt": PromptConfig, "tenants": TenantConfig, "retrieval": RetrievalConfig,
     "tenant_retrieval": TenantRetrieval, "answer_cache": AnswerCacheConfig, "redis": RedisConfig,
-    "metrics": MetricsConfig, "engine": EngineConfig,
+    "metrics": MetricsConfig, "access_log": AccessLogConfig, "engine": EngineConfig,
 }
 # Models with a table of their own (and a pool's fields, which embeddings shares) appear as one row
 # where another model holds them; smaller ones (timeouts, health, patterns) are spelled out in place.

@@ -53,12 +53,28 @@ class UpstreamCall(Exchange):
                 self.metrics.observe_stage("upstream", ended - self.taken_at)
             if self.status == 200:
                 self.metrics.observe_answer(label, self.pool.name, *self.usage, self.streamed)
+            if self.log is not None:
+                self._log_line(ended)
             if self.admission is not None:
                 assert self.admitted is not None
                 if self.replica is None and self.pool.litellm is None:  # no engine work was done
                     await self.admission.release(self.admitted)
                 else:
                     await self.admission.finish(self.admitted, self.pool.name, *self.usage)
+
+    def _log_line(self, ended: float) -> None:
+        entry = self.entry
+        assert self.log is not None and entry is not None
+        entry.update(status=self.status, pool=self.pool.name, replica=self.replica.base_url if self.replica else None,
+                     prompt_tokens=self.usage[0], completion_tokens=self.usage[1],
+                     duration_ms=round((ended - self.started) * 1000, 3))
+        if self.taken_at is not None:
+            entry["stage_ms"]["upstream"] = round((ended - self.taken_at) * 1000, 3)
+        if self.streamed is not None:
+            entry["ttft_ms"] = round((ended - self.started - self.streamed) * 1000, 3)
+        if self.log.prompts:
+            entry["body"] = orjson.Fragment(self.body)  # as sent upstream, not parsed again
+        self.log.write(entry)
 
     async def _dispatch(self, send: Send, watch: DisconnectWatch) -> None:
         """A slot and a replica of the pool, else of its overflow pool, else the refusal; then the exchange."""

@@ -12,6 +12,7 @@ from policies.lines import LineScanner
 from policies.prompt import PromptPolicy
 from policies.templates import compile_template
 from policies.volatile import custom_detectors
+from proxy.access_log import AccessLog
 from proxy.admission import Admission, TenantAdmission
 from proxy.answer_store import AnswerStore
 from proxy.auth import OPEN_TENANT, KeyTable
@@ -51,6 +52,7 @@ class Gateway:
     admission: Admission
     retriever: Retriever | None = None  # only when some tenant has retrieval on
     answers: AnswerStore | None = None  # only when some tenant stores answers
+    access_log: AccessLog | None = None  # only when the config turns it on
 
     @classmethod
     async def start(cls, config: Config, metrics: Metrics) -> Gateway:
@@ -70,8 +72,12 @@ class Gateway:
         answers = AnswerStore(tiered_cache(config.redis, "answers", metrics)) if wants_answers else None
         admission = Admission(open_limiter(config.redis), TokenCounter(config.tokenizer), metrics,
                               predicts=upstreams.routes_by_length)
+        access_log = None
+        if config.access_log.enabled:
+            access_log = AccessLog(config.access_log.path, prompts=config.access_log.prompts)
+            access_log.start()
         return cls(config, KeyTable(config.resolved_keys), metrics, upstreams, tenants, PrefixMeter(metrics),
-                   admission, retriever, answers)
+                   admission, retriever, answers, access_log)
 
     async def aclose(self) -> None:
         await self.upstreams.aclose()
@@ -80,6 +86,8 @@ class Gateway:
             await self.retriever.aclose()
         if self.answers is not None:
             await self.answers.aclose()
+        if self.access_log is not None:
+            await asyncio.to_thread(self.access_log.close)
 
 
 def tenant_policies(config: Config, extra: tuple[str, ...] = ()) -> dict[str, TenantPolicy]:

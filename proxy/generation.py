@@ -10,7 +10,8 @@ mounts the same objects so 405s and odd paths keep Starlette's behaviour.
 from __future__ import annotations
 
 import logging
-from time import perf_counter
+from time import perf_counter, time
+from typing import Any
 
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -66,7 +67,8 @@ def _with_string_field(raw: bytes, name: bytes, value: str) -> bytes:
 
 
 async def _add_evidence(
-    retriever: Retriever, tenant: TenantPolicy, body: dict, headers: list[tuple[bytes, bytes]]
+    retriever: Retriever, tenant: TenantPolicy, body: dict, headers: list[tuple[bytes, bytes]],
+    entry: dict[str, Any] | None,
 ) -> tuple[dict, str | None]:
     """The tenant's passages before the final user message; x-prefixgate-passages says how many
     (``error`` when retrieval failed and the request went on without), Server-Timing how long."""
@@ -78,6 +80,11 @@ async def _add_evidence(
     passages = retrieved.passages
     headers.append((b"x-prefixgate-passages", b"error" if passages is None else str(len(passages)).encode()))
     headers.append((b"server-timing", retrieved.server_timing()))
+    if entry is not None:
+        entry["passages"] = None if passages is None else len(passages)
+        stages = retrieved.stages
+        entry["retrieval_ms"] = {stage: round(seconds * 1000, 3) for stage, seconds in stages.items()}
+        entry["retrieval_cache"] = "hit" if "cache" in stages else "joined" if "joined" in stages else "miss"
     if not passages:
         return body, None
     evidence = render_evidence(passages)
@@ -100,16 +107,33 @@ class GenerationRoute:
         metrics = gateway.metrics
         admitted: Admitted | None = None  # set when admission ran: settled when the answer ends
         label, pool_name = "none", "none"  # the request's metric labels, once known
+        access_log = gateway.access_log
+        entry: dict[str, Any] | None = None if access_log is None else {"ts": round(time(), 3), "route": route}
+
+        def finished(status: int) -> None:
+            """A request answered here, without an upstream exchange (refused, or from the answer cache)."""
+            seconds = perf_counter() - started
+            metrics.observe_request(route, status, seconds, label, pool_name)
+            if entry is not None:
+                entry.update(status=status, pool=pool_name, duration_ms=round(seconds * 1000, 3))
+                access_log.write(entry)  # type: ignore[union-attr]
+
         try:
             authorization, length, retrieval_wanted, pool_named = _request_headers(scope)
             tenant = gateway.tenants[gateway.keys.tenant_for(authorization)]
             label = metrics.tenant_label(tenant.name)
+            if entry is not None:
+                entry["tenant"] = tenant.name
             raw = await read_body(receive, length, gateway.config.server.max_body_bytes)
             view = validate_request(self.endpoint, decode_json(raw))
             if isinstance(view, Rejection):
                 raise OpenAIError.from_rejection(view)
             mark = perf_counter()
             metrics.observe_stage("request", mark - started)
+            stages: dict[str, float] | None = None
+            if entry is not None:
+                entry.update(model=view.model, stream=view.stream)
+                stages = entry["stage_ms"] = {"request": round((mark - started) * 1000, 3)}
             headers: list[tuple[bytes, bytes]] = []
             fallback: str | None = None  # evidence to answer with if the model cannot
             answer_key: str | None = None  # set when this answer is to be stored for exact repeats
@@ -121,13 +145,16 @@ class GenerationRoute:
                     rewrite = rewrite_chat(body, tenant.prompt)
                     body, changed = rewrite.body, rewrite.changed
                     metrics.observe_stage("canonicalize", perf_counter() - mark)
+                    if stages is not None:
+                        stages["canonicalize"] = round((perf_counter() - mark) * 1000, 3)
+                        entry["relocated"] = rewrite.moved  # type: ignore[index]
                     headers = [
                         (b"x-prefixgate-volatile", str(rewrite.detected).encode()),
                         (b"x-prefixgate-relocated", str(rewrite.moved).encode()),
                         (b"x-prefixgate-templated", str(rewrite.templated).encode()),
                     ]
                     if tenant.retrieval is not None and gateway.retriever is not None and retrieval_wanted:
-                        body, evidence = await _add_evidence(gateway.retriever, tenant, body, headers)
+                        body, evidence = await _add_evidence(gateway.retriever, tenant, body, headers, entry)
                         changed = changed or evidence is not None
                         if tenant.retrieval.fallback:
                             fallback = evidence
@@ -154,6 +181,8 @@ class GenerationRoute:
                 if admitted is not None:
                     await gateway.admission.charge(tenant.name, tenant.admission, admitted, body, headers)
                     metrics.observe_stage("admission", perf_counter() - mark)
+                    if stages is not None:
+                        stages["admission"] = round((perf_counter() - mark) * 1000, 3)
                 if gateway.upstreams.routes_by_length or pool_named is not None:
                     headers.append((b"x-prefixgate-pool", pool.name.encode()))
                 salt = cache_salt(tenant.cache_mode, tenant.salt, body.get("cache_salt"))
@@ -172,23 +201,29 @@ class GenerationRoute:
                         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
                         await send_stored_answer(send, stored, stream=view.stream, include_usage=include_usage,
                                                  headers=headers)
-                        metrics.observe_request(route, 200, perf_counter() - started, label, pool_name)
+                        if entry is not None:
+                            entry["answer_cache"] = "hit"
+                        finished(200)
                         return
                     headers.append((b"x-prefixgate-answer-cache", b"miss"))
+                    if entry is not None:
+                        entry["answer_cache"] = "miss"
             key = None if pieces is None else pool.affinity_key(pieces, view.model, salt)  # salt: as sent
         except OpenAIError as error:
             await gateway.admission.release(admitted)
-            metrics.observe_request(route, error.status, perf_counter() - started, label, pool_name)
+            if entry is not None:
+                entry.update(error=error.code or error.type, param=error.param)
+            finished(error.status)
             await error.send(send)
             return
         except ClientGone:
             await gateway.admission.release(admitted)
-            metrics.observe_request(route, CLIENT_CLOSED, perf_counter() - started, label, pool_name)
+            finished(CLIENT_CLOSED)
             return
         except Exception:
             log.exception("unexpected error handling %s", route)
             await gateway.admission.release(admitted)
-            metrics.observe_request(route, 500, perf_counter() - started, label, pool_name)
+            finished(500)
             await OpenAIError(500, "Internal error in prefixgate.", type="server_error").send(send)
             return
         call = UpstreamCall(
@@ -197,6 +232,7 @@ class GenerationRoute:
             model=view.model, fallback=fallback,
             answers=gateway.answers, answer_key=answer_key, answer_ttl=tenant.answer_ttl or 0.0,
             admission=gateway.admission if admitted is not None else None, admitted=admitted,
+            log=access_log, entry=entry,
         )
         await call(scope, receive, send)
 

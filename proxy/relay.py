@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from time import perf_counter
+from typing import Any
 
 import orjson
 from starlette.types import Send
@@ -17,6 +18,7 @@ from starlette.types import Send
 from policies.answer_cache import completion_from_stream
 from policies.retry import retryable, within_budget
 from policies.usage import stream_events, streamed_completion_tokens, usage_in
+from proxy.access_log import AccessLog
 from proxy.admission import Admission, Admitted
 from proxy.answer_store import AnswerStore, storable
 from proxy.disconnect import DisconnectWatch
@@ -52,9 +54,9 @@ class Exchange:
     """One request's exchange with a replica: the state of the call, the retry and the relay.
     proxy/dispatch.py's UpstreamCall adds where it goes (slot, replica, overflow) around it."""
 
-    __slots__ = ("admission", "admitted", "answer_key", "answer_ttl", "answers", "body", "fallback", "gate",
-                 "headers", "holds_slot", "keepalive", "key", "metrics", "model", "path", "pool", "replica", "route",
-                 "started", "status", "stream", "streamed", "taken_at", "tenant", "url", "usage")
+    __slots__ = ("admission", "admitted", "answer_key", "answer_ttl", "answers", "body", "entry", "fallback", "gate",
+                 "headers", "holds_slot", "keepalive", "key", "log", "metrics", "model", "path", "pool", "replica",
+                 "route", "started", "status", "stream", "streamed", "taken_at", "tenant", "url", "usage")
 
     def __init__(
         self, *, pool: Pool, key: int | None, tenant: str, path: str, body: bytes, stream: bool,
@@ -62,6 +64,7 @@ class Exchange:
         model: str = "", fallback: str | None = None,
         answers: AnswerStore | None = None, answer_key: str | None = None, answer_ttl: float = 0.0,
         admission: Admission | None = None, admitted: Admitted | None = None,
+        log: AccessLog | None = None, entry: dict[str, Any] | None = None,
     ) -> None:
         self.pool = pool
         self.key = key  # the prompt's affinity key, for the replica choice
@@ -89,6 +92,8 @@ class Exchange:
         self.gate = pool.gate  # when set, a slot of it is held (holds_slot) until the exchange ends
         self.holds_slot = False
         self.keepalive: KeepAlive | None = None  # ticks while a stream waits for its first chunk
+        self.log = log  # with entry: the access log, and this request's line so far
+        self.entry = entry
 
     def _take(self, replica: Replica) -> None:
         if self.taken_at is None:
