@@ -73,7 +73,7 @@ def hit_rate(before: EngineSample | None, after: EngineSample) -> float | None:
 
 def foreign_load(sample: EngineSample, own_in_flight: int) -> int:
     """Requests at the engine that this process did not send: running plus waiting less its own
-    in flight at the reading (the larger of the counts before and after it, so that a lone gateway
-    never sees load of its own as someone else's)."""
+    in flight at the reading (the caller counts every request of its own that may have been there
+    while the reading was under way, so that a lone gateway never sees its load as someone else's)."""
     return max(0, round(sample.running + sample.waiting) - own_in_flight)
 

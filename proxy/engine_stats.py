@@ -34,7 +34,7 @@ class EngineReading:
 async def read_engine(replica: Replica, settings: EngineMetrics) -> bool | None:
     """One reading into ``replica.engine`` and its others' load. True: read; False: no answer (try
     again next interval); None: it answered, but not with vLLM's metrics."""
-    own = replica.in_flight
+    in_flight, taken = replica.in_flight, replica.taken
     try:
         status, body = await replica.transport.get(replica.origin + settings.path, settings.timeout)
     except UpstreamError:
@@ -46,7 +46,9 @@ async def read_engine(replica: Replica, settings: EngineMetrics) -> bool | None:
         return None if status in (200, 404) else False
     previous = replica.engine
     now = time.monotonic()
-    others = foreign_load(sample, max(own, replica.in_flight))
+    # Own requests: those in flight when the reading began and all sent while it was under way (some
+    # may have ended meanwhile); a lone gateway's requests never read as someone else's.
+    others = foreign_load(sample, max(in_flight + replica.taken - taken, replica.in_flight))
     rate = hit_rate(previous.sample if previous else None, sample)
     if rate is None and previous is not None:
         rate = previous.hit_rate  # an idle interval: keep the last rate rather than none

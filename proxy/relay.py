@@ -99,6 +99,7 @@ class Exchange:
         if self.taken_at is None:
             self.taken_at = perf_counter()
         replica.in_flight += 1
+        replica.taken += 1
         self.replica = replica
         self.url = replica.base_url + self.path
 

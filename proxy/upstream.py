@@ -45,7 +45,7 @@ def _origin(base_url: str) -> str:
 
 class Replica:
     __slots__ = ("base_url", "engine", "engine_up", "health", "health_url", "in_flight", "origin", "others",
-                 "others_until", "pool", "rules", "transport")
+                 "others_until", "pool", "rules", "taken", "transport")
 
     def __init__(self, base_url: str, transport: Transport, health_path: str, rules: EjectionRules,
                  pool: str = "") -> None:
@@ -54,6 +54,7 @@ class Replica:
         self.health_url = self.origin + health_path
         self.transport = transport
         self.in_flight = 0  # this process's requests
+        self.taken = 0  # ... and all it has sent, so a reading can tell which of the engine's are its own
         self.engine: EngineReading | None = None  # the latest reading of the engine's /metrics
         self.engine_up = False  # the latest reading succeeded
         self.others = 0  # requests at the engine from other senders, as read ...

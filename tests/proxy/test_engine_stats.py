@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -12,6 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from policies.health import EjectionRules
+from proxy.engine_stats import read_engine
+from proxy.pool_config import EngineMetrics
+from proxy.upstream import Replica
 from tests.conftest import FakeServer, pool
 from tests.proxy.test_routing import PROMPTS, _ask, _served_by
 from tests.support.fake_upstream import FakeUpstream
@@ -138,3 +143,25 @@ def test_a_gateway_process_sees_the_requests_another_one_holds(tmp_path: Path, r
         assert _slow(second, "next", 1) == 200
         assert _served_by(replicas, "next") == (1 - home if interval else home)
         assert [answer.result() for answer in answers] == [200] * 5
+
+
+class _RaceTransport:
+    """Answers GET /metrics while one of this process's own requests starts and ends (the race a
+    lone gateway's sequential traffic runs into): the engine counts it, in_flight no longer does."""
+
+    def __init__(self) -> None:
+        self.replica: Replica | None = None
+
+    async def get(self, url: str, timeout: float) -> tuple[int, bytes]:
+        assert self.replica is not None
+        self.replica.taken += 1  # sent, and still running at the engine when it wrote its metrics
+        return 200, b'vllm:num_requests_running{engine="0"} 1.0\nvllm:num_requests_waiting{engine="0"} 0.0\n'
+
+
+def test_a_request_of_its_own_that_came_and_went_during_a_reading_is_not_anothers() -> None:
+    transport = _RaceTransport()
+    replica = Replica("http://127.0.0.1:9/v1", transport, "/health", EjectionRules(), "p")  # type: ignore[arg-type]
+    transport.replica = replica
+    assert asyncio.run(read_engine(replica, EngineMetrics(interval=1))) is True
+    assert replica.engine is not None and replica.engine.sample.running == 1
+    assert replica.others == 0
