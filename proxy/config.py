@@ -7,7 +7,6 @@ field path and what is wrong, so a bad deploy fails at start with a line a human
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -16,10 +15,11 @@ import orjson
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from policies.templates import compile_template
 from proxy.frozen import Frozen as _Frozen
 from proxy.pool_config import PoolConfig, UpstreamConfig
+from proxy.prompt_config import PromptConfig
 from proxy.retrieval_config import AnswerCacheConfig, RedisConfig, RetrievalConfig, TenantRetrieval
+from proxy.server_config import AccessLogConfig, EngineConfig, MetricsConfig, ServerConfig
 
 ENV_CONFIG = "PREFIXGATE_CONFIG"
 ENV_UPSTREAM = "PREFIXGATE_UPSTREAM"
@@ -58,102 +58,14 @@ class AuthConfig(_Frozen):
     (prefixgate warns when open mode listens on a non-loopback address)"""
 
 
-class ServerConfig(_Frozen):
-    host: str = "127.0.0.1"
-    """listen address"""
-    port: int = Field(8080, ge=0, le=65535)
-    """listen port"""
-    workers: int = Field(1, ge=1)
-    """uvicorn worker processes"""
-    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
-    """larger request bodies get 413"""
-    http_client: Literal["aiohttp", "httpx"] = "aiohttp"
-    """upstream HTTP client: `aiohttp` or `httpx`"""
-    ready_timeout: float = Field(2.0, gt=0)
-    """seconds for each replica probe of `/ready` and model discovery"""
 
 
-class EngineConfig(_Frozen):
-    """The embedded default: a local vLLM CPU engine, started only when no pool is configured."""
-
-    enabled: bool | None = Field(None, json_schema_extra={"shown_default": "auto"})
-    """`true`/`false` to force; auto = only when `pools` is empty"""
-    served_model_name: str = "prefixgate-tiny"
-    """model name clients use"""
-    model_dir: str | None = Field(None, json_schema_extra={"shown_default": "built tiny model"})
-    """a local model directory to serve instead"""
-    port: int | None = Field(None, ge=1, le=65535, json_schema_extra={"shown_default": "free port"})
-    """engine port on 127.0.0.1"""
-    max_model_len: int = Field(4096, ge=128)
-    """longest prompt plus output, in tokens (`--max-model-len`)"""
-    kv_cache_gib: int = Field(1, ge=1)
-    """`VLLM_CPU_KVCACHE_SPACE`"""
-    startup_timeout: float = Field(240.0, gt=0)
-    """seconds to wait for the engine's `/health`"""
-    extra_args: list[str] = Field(default_factory=list)
-    """more `vllm serve` flags"""
 
 
-class VolatilePattern(_Frozen):
-    """A tenant's own volatile span: a regex; a group named ``value`` narrows the span to it."""
-
-    name: str = Field(min_length=1)
-    """names the span in the tail note"""
-    regex: str = Field(min_length=1)
-    """a Python regular expression, matched within one line; a group named `value` narrows the span to it"""
-
-    @field_validator("regex")
-    @classmethod
-    def _compiles(cls, regex: str) -> str:
-        try:
-            re.compile(regex)
-        except re.error as exc:
-            raise ValueError(f"not a valid regular expression: {exc}") from None
-        return regex
 
 
-class TemplateConfig(_Frozen):
-    """A canonical system preamble with ``{variables}``; see docs/configuration.md, prompt.templates."""
-
-    name: str = Field(min_length=1)
-    """names the template (in errors and metrics)"""
-    text: str = Field(min_length=1)
-    """the canonical preamble, with `{variables}`"""
-
-    @model_validator(mode="after")
-    def _compiles(self) -> TemplateConfig:
-        compile_template(self.name, self.text)  # its ValueError names the template and the problem
-        return self
 
 
-class PromptConfig(_Frozen):
-    """How chat prompts are made cache-friendly (see docs/configuration.md, section prompt)."""
-
-    volatile: Literal["relocate", "strip", "keep"] = "relocate"
-    """what to do with volatile spans (dates, clock lines, UUIDs, traceparent, labelled trace/request/session IDs,
-    labelled epochs): `relocate` to the tail note, `strip` (drop), `keep` (count only)"""
-    scope: Literal["system", "history"] = "system"
-    """where to look: `system` (system/developer messages) or `history` (also earlier user and assistant turns; never
-    the last user turn)"""
-    note: Literal["last_user", "system_message"] = "last_user"
-    """where the note goes: appended to the last user message, or `system_message` (a final system message; some chat
-    templates refuse a system message that is not first)"""
-    canonical: bool = True
-    """canonical system text, tools sorted by name with sorted keys, `response_format` schemas with sorted keys (so a
-    JSON schema's property order, and the order of generated keys, becomes alphabetical)"""
-    patterns: list[VolatilePattern] = Field(default_factory=list)
-    """your own volatile spans: `[{name: ticket, regex: "TICKET-\\\\d+"}]`; a group named `value` narrows the span;
-    matched within one line"""
-    templates: list[TemplateConfig] = Field(default_factory=list)
-    """canonical system preambles: `[{name: support, text: "You are {agent}, the support agent of {company}."}]`. A
-    system message that starts with a match (whitespace runs match any whitespace; a variable matches text within
-    one line; `{{`/`}}` are literal braces) is rewritten to `You are [agent], the support agent of [company].` and
-    the values go to the note as `[agent] = Max`"""
-    cache_salt: Literal["isolate", "share"] = "isolate"
-    """`isolate`: each tenant gets its own vLLM `cache_salt` (a client's own salt is mixed into it), so no tenant can
-    hit or time another's cached prefixes; `share`: the client's salt, if any, passes unchanged and tenants with
-    equal prompts share cached blocks. An engine that does not know `cache_salt` (vLLM before 0.9, other
-    OpenAI-compatible servers) needs `share`, which sends none unless the client does"""
 
 
 class LimitsConfig(_Frozen):
@@ -190,26 +102,8 @@ class TenantConfig(_Frozen):
     """exact deterministic repeats answered from memory (see below); none: off"""
 
 
-class MetricsConfig(_Frozen):
-    """Which tenants get their own label value on /metrics; the rest count as ``other``."""
-
-    tenants: list[str] | None = Field(None, json_schema_extra={"shown_default": "the tenants API keys name"})
-    """tenants that get their own `tenant` label value; every other tenant counts as `other` (and requests refused
-    before authentication as `none`), so a thousand keys make no more series than the list"""
-    max_tenants: int = Field(100, ge=0)
-    """at most this many of them (the first, by name when taken from the keys)"""
 
 
-class AccessLogConfig(_Frozen):
-    """One JSON line per request (tenant, pool, replica, status, tokens, stage timings, cache results)."""
-
-    enabled: bool = False
-    """write the access log. Off by default, as in most proxies: a sidecar's app and engine log already. A line
-    costs about 5 microseconds of CPU (4.2 per line serialized and written, writer thread included)"""
-    path: str | None = Field(None, json_schema_extra={"shown_default": "standard output"})
-    """a file to append to"""
-    prompts: bool = False
-    """debugging only: add each request's body as sent upstream (prompt content) to its line"""
 
 
 class Config(_Frozen):

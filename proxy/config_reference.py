@@ -19,19 +19,11 @@ from typing import Any, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from proxy.config import (
-    AccessLogConfig,
-    AuthConfig,
-    Config,
-    EngineConfig,
-    LimitsConfig,
-    MetricsConfig,
-    PromptConfig,
-    ServerConfig,
-    TenantConfig,
-)
+from proxy.config import AuthConfig, Config, LimitsConfig, TenantConfig
 from proxy.pool_config import PoolConfig, UpstreamConfig
+from proxy.prompt_config import PromptConfig
 from proxy.retrieval_config import AnswerCacheConfig, RedisConfig, RetrievalConfig, TenantRetrieval
+from proxy.server_config import AccessLogConfig, EngineConfig, MetricsConfig, ServerConfig
 
 TABLES: dict[str, type[BaseModel]] = {
     "top": Config, "server": ServerConfig, "auth": AuthConfig, "pools": PoolConfig, "limits": LimitsConfig,

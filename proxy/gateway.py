@@ -16,11 +16,12 @@ from proxy.access_log import AccessLog
 from proxy.admission import Admission, TenantAdmission
 from proxy.answer_store import AnswerStore
 from proxy.auth import OPEN_TENANT, KeyTable
-from proxy.config import Config, LimitsConfig, PromptConfig
+from proxy.config import Config, LimitsConfig
 from proxy.limiter import open_limiter
 from proxy.litellm_pool import load_litellm
 from proxy.metrics import Metrics
 from proxy.prefix_meter import PrefixMeter
+from proxy.prompt_config import PromptConfig
 from proxy.retrieval import Retriever
 from proxy.retrieval_config import TenantRetrieval
 from proxy.shared_cache import tiered_cache

@@ -1,0 +1,70 @@
+"""Configuration of the process itself: where it listens, the embedded engine, and what it reports
+(metrics labels, the access log). Part of the one frozen config (proxy/config.py), kept apart
+because none of it touches how a request is rewritten or routed.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from proxy.frozen import Frozen as _Frozen
+
+
+class ServerConfig(_Frozen):
+    host: str = "127.0.0.1"
+    """listen address"""
+    port: int = Field(8080, ge=0, le=65535)
+    """listen port"""
+    workers: int = Field(1, ge=1)
+    """uvicorn worker processes"""
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    """larger request bodies get 413"""
+    http_client: Literal["aiohttp", "httpx"] = "aiohttp"
+    """upstream HTTP client: `aiohttp` or `httpx`"""
+    ready_timeout: float = Field(2.0, gt=0)
+    """seconds for each replica probe of `/ready` and model discovery"""
+
+
+class EngineConfig(_Frozen):
+    """The embedded default: a local vLLM CPU engine, started only when no pool is configured."""
+
+    enabled: bool | None = Field(None, json_schema_extra={"shown_default": "auto"})
+    """`true`/`false` to force; auto = only when `pools` is empty"""
+    served_model_name: str = "prefixgate-tiny"
+    """model name clients use"""
+    model_dir: str | None = Field(None, json_schema_extra={"shown_default": "built tiny model"})
+    """a local model directory to serve instead"""
+    port: int | None = Field(None, ge=1, le=65535, json_schema_extra={"shown_default": "free port"})
+    """engine port on 127.0.0.1"""
+    max_model_len: int = Field(4096, ge=128)
+    """longest prompt plus output, in tokens (`--max-model-len`)"""
+    kv_cache_gib: int = Field(1, ge=1)
+    """`VLLM_CPU_KVCACHE_SPACE`"""
+    startup_timeout: float = Field(240.0, gt=0)
+    """seconds to wait for the engine's `/health`"""
+    extra_args: list[str] = Field(default_factory=list)
+    """more `vllm serve` flags"""
+
+
+class MetricsConfig(_Frozen):
+    """Which tenants get their own label value on /metrics; the rest count as ``other``."""
+
+    tenants: list[str] | None = Field(None, json_schema_extra={"shown_default": "the tenants API keys name"})
+    """tenants that get their own `tenant` label value; every other tenant counts as `other` (and requests refused
+    before authentication as `none`), so a thousand keys make no more series than the list"""
+    max_tenants: int = Field(100, ge=0)
+    """at most this many of them (the first, by name when taken from the keys)"""
+
+
+class AccessLogConfig(_Frozen):
+    """One JSON line per request (tenant, pool, replica, status, tokens, stage timings, cache results)."""
+
+    enabled: bool = False
+    """write the access log. Off by default, as in most proxies: a sidecar's app and engine log already. A line
+    costs about 5 microseconds of CPU (4.2 per line serialized and written, writer thread included)"""
+    path: str | None = Field(None, json_schema_extra={"shown_default": "standard output"})
+    """a file to append to"""
+    prompts: bool = False
+    """debugging only: add each request's body as sent upstream (prompt content) to its line"""
