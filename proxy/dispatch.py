@@ -69,7 +69,7 @@ class UpstreamCall(Exchange):
                      prompt_tokens=self.usage[0], completion_tokens=self.usage[1],
                      duration_ms=round((ended - self.started) * 1000, 3))
         if self.taken_at is not None:
-            entry["stage_ms"]["upstream"] = round((ended - self.taken_at) * 1000, 3)
+            entry.setdefault("stage_ms", {})["upstream"] = round((ended - self.taken_at) * 1000, 3)
         if self.streamed is not None:
             entry["ttft_ms"] = round((ended - self.started - self.streamed) * 1000, 3)
         if self.log.prompts:

@@ -27,8 +27,6 @@ NOT_VLLM_WAIT = 60.0  # seconds before asking again an upstream whose /metrics i
 class EngineReading:
     sample: EngineSample
     hit_rate: float | None  # prefix-cache hits over queries in the last interval that had queries
-    others: int  # requests at the engine that this process did not send
-    read_at: float  # monotonic clock
 
 
 async def read_engine(replica: Replica, settings: EngineMetrics) -> bool | None:
@@ -52,7 +50,7 @@ async def read_engine(replica: Replica, settings: EngineMetrics) -> bool | None:
     rate = hit_rate(previous.sample if previous else None, sample)
     if rate is None and previous is not None:
         rate = previous.hit_rate  # an idle interval: keep the last rate rather than none
-    replica.engine = EngineReading(sample, rate, others, now)
+    replica.engine = EngineReading(sample, rate)
     replica.engine_up = True
     replica.others = others
     replica.others_until = now + 3 * settings.interval

@@ -110,6 +110,14 @@ class GenerationRoute:
         access_log = gateway.access_log
         entry: dict[str, Any] | None = None if access_log is None else {"ts": round(time(), 3), "route": route}
 
+        def stage(name: str, since: float) -> float:
+            """Record a stage that began at ``since`` (metric, and the access-log line); return now."""
+            now = perf_counter()
+            metrics.observe_stage(name, now - since)
+            if entry is not None:
+                entry.setdefault("stage_ms", {})[name] = round((now - since) * 1000, 3)
+            return now
+
         def finished(status: int) -> None:
             """A request answered here, without an upstream exchange (refused, or from the answer cache)."""
             seconds = perf_counter() - started
@@ -128,12 +136,9 @@ class GenerationRoute:
             view = validate_request(self.endpoint, decode_json(raw))
             if isinstance(view, Rejection):
                 raise OpenAIError.from_rejection(view)
-            mark = perf_counter()
-            metrics.observe_stage("request", mark - started)
-            stages: dict[str, float] | None = None
+            mark = stage("request", started)
             if entry is not None:
                 entry.update(model=view.model, stream=view.stream)
-                stages = entry["stage_ms"] = {"request": round((mark - started) * 1000, 3)}
             headers: list[tuple[bytes, bytes]] = []
             fallback: str | None = None  # evidence to answer with if the model cannot
             answer_key: str | None = None  # set when this answer is to be stored for exact repeats
@@ -144,10 +149,9 @@ class GenerationRoute:
                 if self.endpoint == "chat":
                     rewrite = rewrite_chat(body, tenant.prompt)
                     body, changed = rewrite.body, rewrite.changed
-                    metrics.observe_stage("canonicalize", perf_counter() - mark)
-                    if stages is not None:
-                        stages["canonicalize"] = round((perf_counter() - mark) * 1000, 3)
-                        entry["relocated"] = rewrite.moved  # type: ignore[index]
+                    stage("canonicalize", mark)
+                    if entry is not None:
+                        entry["relocated"] = rewrite.moved
                     headers = [
                         (b"x-prefixgate-volatile", str(rewrite.detected).encode()),
                         (b"x-prefixgate-relocated", str(rewrite.moved).encode()),
@@ -180,9 +184,7 @@ class GenerationRoute:
                     body, changed = capped, changed or capped is not body
                 if admitted is not None:
                     await gateway.admission.charge(tenant.name, tenant.admission, admitted, body, headers)
-                    metrics.observe_stage("admission", perf_counter() - mark)
-                    if stages is not None:
-                        stages["admission"] = round((perf_counter() - mark) * 1000, 3)
+                    stage("admission", mark)
                 if gateway.upstreams.routes_by_length or pool_named is not None:
                     headers.append((b"x-prefixgate-pool", pool.name.encode()))
                 salt = cache_salt(tenant.cache_mode, tenant.salt, body.get("cache_salt"))

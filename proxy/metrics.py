@@ -287,7 +287,7 @@ class LoadCollector(Collector):
                     up.add_metric(key, 1 if replica.engine_up else 0)
                 if reading is None:
                     continue
-                others.add_metric(key, replica.others if now < replica.others_until else 0)
+                others.add_metric(key, replica.others_at(now))
                 running.add_metric(key, reading.sample.running)
                 waiting.add_metric(key, reading.sample.waiting)
                 kv_usage.add_metric(key, reading.sample.kv_usage)

@@ -63,6 +63,10 @@ class Replica:
         self.rules = rules
         self.pool = pool
 
+    def others_at(self, now: float) -> int:
+        """Other senders' requests at this engine, while the reading that found them is fresh."""
+        return self.others if now < self.others_until else 0
+
     def succeeded(self) -> None:
         if self.health is not HEALTHY:
             if self.health.tripped:
@@ -175,7 +179,7 @@ class Pool:
     def _choose(self, key: int | None, avoid: Replica | None) -> int | None:
         replicas = self.replicas
         now = time.monotonic()
-        in_flight = [r.in_flight + r.others if now < r.others_until else r.in_flight for r in replicas]
+        in_flight = [r.in_flight + r.others_at(now) for r in replicas]
         healthy = [r is not avoid and usable(r.health, now, r.in_flight) for r in replicas]
         if key is None:
             return least_loaded(in_flight, healthy, next(self._turn))
