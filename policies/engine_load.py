@@ -77,3 +77,11 @@ def foreign_load(sample: EngineSample, own_in_flight: int) -> int:
     while the reading was under way, so that a lone gateway never sees its load as someone else's)."""
     return max(0, round(sample.running + sample.waiting) - own_in_flight)
 
+
+
+def lasting_load(before: int | None, now: int) -> int:
+    """The others' load the replica choice counts: what two readings in a row both saw. A request of
+    this process's own that the engine still counts after this process saw its last byte (the
+    engine's bookkeeping runs a moment behind its output) reads once as another sender's; real
+    load from other senders lasts. Costs one interval of reaction to new load."""
+    return 0 if before is None else min(before, now)

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from policies.engine_load import EngineSample, foreign_load, hit_rate, parse_engine_metrics
+from policies.engine_load import EngineSample, foreign_load, hit_rate, lasting_load, parse_engine_metrics
 from proxy.transport import UpstreamError
 
 if TYPE_CHECKING:
@@ -27,6 +27,7 @@ NOT_VLLM_WAIT = 60.0  # seconds before asking again an upstream whose /metrics i
 class EngineReading:
     sample: EngineSample
     hit_rate: float | None  # prefix-cache hits over queries in the last interval that had queries
+    seen_others: int  # this reading's others' load, before lasting_load
 
 
 async def read_engine(replica: Replica, settings: EngineMetrics) -> bool | None:
@@ -45,14 +46,14 @@ async def read_engine(replica: Replica, settings: EngineMetrics) -> bool | None:
     previous = replica.engine
     now = time.monotonic()
     # Own requests: those in flight when the reading began and all sent while it was under way (some
-    # may have ended meanwhile); a lone gateway's requests never read as someone else's.
-    others = foreign_load(sample, max(in_flight + replica.taken - taken, replica.in_flight))
+    # may have ended meanwhile), so a request sent during the reading is never read as another's.
+    seen = foreign_load(sample, max(in_flight + replica.taken - taken, replica.in_flight))
     rate = hit_rate(previous.sample if previous else None, sample)
     if rate is None and previous is not None:
         rate = previous.hit_rate  # an idle interval: keep the last rate rather than none
-    replica.engine = EngineReading(sample, rate)
+    replica.engine = EngineReading(sample, rate, seen)
     replica.engine_up = True
-    replica.others = others
+    replica.others = lasting_load(previous.seen_others if previous else None, seen)
     replica.others_until = now + 3 * settings.interval
     return True
 

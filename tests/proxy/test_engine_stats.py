@@ -65,7 +65,8 @@ def test_requests_others_queued_at_a_replica_move_its_prefix_elsewhere(
     other = 1 - home
     busy = replicas[home]
     busy.app.waiting = 12  # another gateway's (or a direct client's) requests, queued in that engine
-    text = _until(proxy, "prefixgate_engine_waiting", busy, 12)
+    text = _until(proxy, "prefixgate_engine_others_requests", busy, 12)  # two readings in a row saw them
+    assert sample_sum(text, "prefixgate_engine_waiting", pool="p", replica=busy.base_url) == 12
     assert sample_sum(text, "prefixgate_engine_up", pool="p", replica=busy.base_url) == 1
     assert sample_sum(text, "prefixgate_engine_others_requests", pool="p", replica=busy.base_url) == 12
     assert sample_sum(text, "prefixgate_engine_kv_cache_usage", pool="p", replica=busy.base_url) == 0.75
@@ -162,6 +163,7 @@ def test_a_request_of_its_own_that_came_and_went_during_a_reading_is_not_another
     transport = _RaceTransport()
     replica = Replica("http://127.0.0.1:9/v1", transport, "/health", EjectionRules(), "p")  # type: ignore[arg-type]
     transport.replica = replica
-    assert asyncio.run(read_engine(replica, EngineMetrics(interval=1))) is True
+    for _ in range(2):  # two readings: the others' load counted is what both saw
+        assert asyncio.run(read_engine(replica, EngineMetrics(interval=1))) is True
     assert replica.engine is not None and replica.engine.sample.running == 1
     assert replica.others == 0
