@@ -64,6 +64,10 @@ class HashRing:
         self._indexes = [index for _, index in ring]
         self.size = len(names)
 
+    def home(self, key: int) -> int:
+        """The replica index ``key`` maps to before health and load are considered."""
+        return self._indexes[bisect.bisect_left(self._points, key) % len(self._points)]
+
     def walk(self, key: int) -> Iterator[int]:
         """Replica indexes clockwise from ``key``, each once."""
         seen: set[int] = set()

@@ -102,6 +102,7 @@ class UpstreamCall(Exchange):
                 self.headers += [(b"x-prefixgate-pool", overflow.name.encode()),
                                  (b"x-prefixgate-overflow", self.pool.name.encode())]
                 self.pool, self.gate = overflow, overflow.gate
+                self.metrics.pool_chosen(overflow.name, "overflow")
         raise AssertionError("unreachable: the second attempt returns")
 
     async def _enter(self) -> None:
@@ -116,7 +117,9 @@ class UpstreamCall(Exchange):
                 self.metrics.observe_queue_wait(self.pool.name, perf_counter() - queued)
             self.holds_slot = True
         try:
-            self._take(self.pool.pick(self.key))
+            replica, reason = self.pool.pick(self.key)
+            self._take(replica)
+            self.metrics.replica_chosen(self.pool.name, replica.base_url, reason)
         except OpenAIError:
             if self.holds_slot:
                 self.holds_slot = False

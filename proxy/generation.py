@@ -172,8 +172,9 @@ class GenerationRoute:
                     admitted = gateway.admission.prepare(tenant.admission, body, changed, pieces, tenant.name)
                     body, changed = admitted.body, admitted.changed
             predicted = admitted.prediction.p90 if admitted is not None and admitted.prediction is not None else None
-            pool = gateway.upstreams.pool_for(view.model, embeddings=self.endpoint == "embeddings",
-                                              predicted_p90=predicted, named=pool_named)
+            pool, reason = gateway.upstreams.pool_for(view.model, embeddings=self.endpoint == "embeddings",
+                                                      predicted_p90=predicted, named=pool_named)
+            gateway.metrics.pool_chosen(pool.name, reason)
             pool_name = pool.name
             if self.endpoint != "embeddings":
                 caps = pool.caps(tenant.admission.caps.action)

@@ -131,6 +131,18 @@ class Metrics:
             "prefixgate_queue_wait_seconds", "Time requests to a pool with max_in_flight waited for a slot.",
             ["pool"], buckets=LATENCY_BUCKETS, registry=self.registry,
         )
+        self._pool_choices = Counter(
+            "prefixgate_pool_choices", "Requests by the pool that took them and why: model (the first pool "
+            "serving the model), length (predicted output length), named (x-prefixgate-pool), overflow (the "
+            "chosen pool shed it); the first three are counted before admission.",
+            ["pool", "reason"], registry=self.registry,
+        )
+        self._replica_choices = Counter(
+            "prefixgate_replica_choices", "Requests by the replica chosen and why: home (the prompt prefix's "
+            "own replica), spilled (its home was over the load bound or ejected), least_loaded (no prefix "
+            "key), single (the pool's only replica); retries are prefixgate_upstream_retries.",
+            ["pool", "replica", "reason"], registry=self.registry,
+        )
         self.load = LoadCollector()
         self.registry.register(self.load)
         self._children: dict[tuple[str, ...], tuple[Counter, Histogram]] = {}
@@ -138,6 +150,7 @@ class Metrics:
         self._stage_children: dict[str, Histogram] = {}
         self._tenant_children: dict[str, tuple[Histogram, Histogram, Counter]] = {}
         self._ttft_children: dict[str, Histogram] = {}
+        self._choice_children: dict[tuple[str, ...], Counter] = {}
 
     def label_tenants(self, tenants: list[str], most: int) -> None:
         """Give these tenants (the first ``most``) their own label value; all others count as other."""
@@ -184,6 +197,18 @@ class Metrics:
         if child is None:
             child = self._ttft_children[route] = self._ttft.labels(route)
         child.observe(seconds)
+
+    def pool_chosen(self, pool: str, reason: str) -> None:
+        child = self._choice_children.get((pool, reason))
+        if child is None:
+            child = self._choice_children[pool, reason] = self._pool_choices.labels(pool, reason)
+        child.inc()
+
+    def replica_chosen(self, pool: str, replica: str, reason: str) -> None:
+        child = self._choice_children.get((pool, replica, reason))
+        if child is None:
+            child = self._choice_children[pool, replica, reason] = self._replica_choices.labels(pool, replica, reason)
+        child.inc()
 
     def observe_prompt(self, tenant: str, stable_tokens: int, stable_ratio: float, moved: int) -> None:
         tenant = self.tenant_label(tenant)

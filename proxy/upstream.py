@@ -155,11 +155,13 @@ class Pool:
         """The prompt's key on this pool's ring; None where the pool does not balance by prefix."""
         return prefix_key(pieces, model, salt, self._affinity_chars) if self._affine else None
 
-    def pick(self, key: int | None = None) -> Replica:
-        """The replica for a request: by prefix ``key`` under the load bound, else the least loaded."""
+    def pick(self, key: int | None = None) -> tuple[Replica, str]:
+        """The replica for a request, by prefix ``key`` under the load bound, else the least loaded;
+        and why: single (the pool's one replica), home (the key's own), spilled (the home was over
+        the bound or ejected) or least_loaded (no key)."""
         replicas = self.replicas
         if len(replicas) == 1 and not replicas[0].health.tripped:
-            return replicas[0]
+            return replicas[0], "single"
         index = self._choose(key, None)
         if index is None:
             back = min(r.health.ejected_until for r in replicas) - time.monotonic()  # first to turn half-open
@@ -167,7 +169,9 @@ class Pool:
                 503, f"No healthy replica in pool '{self.name}'.", code="no_healthy_upstream",
                 headers={"Retry-After": str(max(1, math.ceil(back)))},
             )
-        return replicas[index]
+        if key is None:
+            return replicas[index], "least_loaded"
+        return replicas[index], "home" if index == self._ring.home(key) else "spilled"
 
     def alternate(self, failed: Replica) -> Replica | None:
         """Another usable replica for a request that ``failed`` could not take, if there is one."""
@@ -265,24 +269,24 @@ class Upstreams:
             yield self.embeddings
 
     def pool_for(self, model: str, *, embeddings: bool = False, predicted_p90: int | None = None,
-                 named: str | None = None) -> Pool:
-        """The pool for a model: the one ``named`` (x-prefixgate-pool), else by predicted length among
-        those that serve it, else the first that serves it or takes any model."""
+                 named: str | None = None) -> tuple[Pool, str]:
+        """The pool for a model and why: the one ``named`` (x-prefixgate-pool), else by predicted
+        ``length`` among those that serve it, else the first that serves the ``model`` or takes any."""
         if embeddings and self.embeddings is not None:
             if self.embeddings.serves(model) or self.embeddings.catch_all:
-                return self.embeddings
+                return self.embeddings, "model"
         if named is not None:
-            return self._named(named, model)
+            return self._named(named, model), "named"
         if predicted_p90 is not None and self.routes_by_length:
             serving = [pool for pool in self.pools if pool.serves(model)] or [p for p in self.pools if p.catch_all]
             if serving:
-                return self.by_name[choose_pool([pool.option for pool in serving], predicted_p90).name]
+                return self.by_name[choose_pool([pool.option for pool in serving], predicted_p90).name], "length"
         for pool in self.pools:  # the common case: no list built per request
             if pool.serves(model):
-                return pool
+                return pool, "model"
         for pool in self.pools:
             if pool.catch_all:
-                return pool
+                return pool, "model"
         raise OpenAIError(
             404, f"The model '{model}' does not exist or is not served here.", param="model", code="model_not_found"
         )

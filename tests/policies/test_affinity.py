@@ -129,6 +129,7 @@ def test_unhealthy_replicas_are_skipped_and_only_their_keys_move() -> None:
     rng = random.Random(2)
     keys = [rng.getrandbits(64) for _ in range(2_000)]
     before = [bounded_choice(ring, k, [0] * 4, [True] * 4, 1.25) for k in keys]
+    assert before == [ring.home(k) for k in keys]  # idle and healthy: every key at its home
     after = [bounded_choice(ring, k, [0] * 4, [True, False, True, True], 1.25) for k in keys]
     assert 1 not in after
     moved = [(b, a) for b, a in zip(before, after, strict=True) if b != a]

@@ -17,6 +17,7 @@ import pytest
 from tests.conftest import FakeServer, pool
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateways import gateway_processes
+from tests.support.metrics_text import sample_sum
 from tests.support.redis_server import RedisServer
 from tests.support.servers import serve_in_thread
 
@@ -168,6 +169,10 @@ def test_requests_go_to_the_short_or_long_pool_by_predicted_length(
     assert pool_of(chat(fake_tokens=3)) == "short"  # ... so an open-ended one now goes short
     metrics = httpx.get(proxy + "/metrics").text
     assert 'prefixgate_length_predictions_total{outcome="within",pool="long"}' in metrics
+    assert sample_sum(metrics, "prefixgate_pool_choices_total", pool="long", reason="named") == 1
+    assert sample_sum(metrics, "prefixgate_pool_choices_total", reason="length") == 12
+    assert sample_sum(metrics, "prefixgate_pool_choices_total", pool="short", reason="length") >= 2
+    assert sample_sum(metrics, "prefixgate_replica_choices_total", reason="single") == 13
     unknown = httpx.post(proxy + "/v1/chat/completions", json=chat(), headers={"x-prefixgate-pool": "gpu9"})
     assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "x-prefixgate-pool"
 

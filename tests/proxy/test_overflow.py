@@ -73,6 +73,7 @@ def test_what_a_saturated_pool_sheds_overflows(fake: FakeServer, hosted: FakeSer
     assert hosted.app.stats.completed - hosted_before == 2
     metrics = httpx.get(proxy + "/metrics").text
     assert sample_sum(metrics, "prefixgate_shed_total", pool="local", reason="queue_full_overflowed") == 2
+    assert sample_sum(metrics, "prefixgate_pool_choices_total", reason="overflow") == 2
 
 
 def test_a_pool_with_no_live_replica_overflows(hosted: FakeServer, start_proxy: Callable[..., str]) -> None:

@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import FakeServer, pool
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateways import gateway_processes
+from tests.support.metrics_text import sample_sum
 from tests.support.servers import free_port, serve_in_thread
 
 PROMPTS = [f"You are assistant number {n} of ACME. " + "Follow the house rules and cite sources. " * 30
@@ -66,6 +67,8 @@ def test_least_loaded_spreads_each_prompt_over_the_replicas(start_proxy: Callabl
     proxy = start_proxy({"pools": [pool("p", *(r.base_url for r in replicas), balance="least_loaded")]})
     placed = _placement([proxy], replicas)
     assert all(homes == {0, 1} for homes in placed.values()), placed
+    text = httpx.get(proxy + "/metrics").text
+    assert sample_sum(text, "prefixgate_replica_choices_total", reason="least_loaded") == 6 * len(PROMPTS)
 
 
 def test_independent_gateway_processes_pick_the_same_replica(tmp_path: Path, replicas: list[FakeServer]) -> None:
@@ -94,6 +97,16 @@ def test_a_hot_prompt_spills_to_the_next_replica_past_the_load_bound(start_proxy
         served = list(pool_of_threads.map(ask, range(10)))
     counts = [served.count(0), served.count(1)]
     assert min(counts) >= 3 and max(counts) <= 7, counts
+    # /metrics says why: the home replica's requests as home, the other's as spilled.
+    text = httpx.get(proxy + "/metrics").text
+    homed = [sample_sum(text, "prefixgate_replica_choices_total", pool="p", replica=r.base_url, reason="home")
+             for r in replicas]
+    spilled = [sample_sum(text, "prefixgate_replica_choices_total", pool="p", replica=r.base_url, reason="spilled")
+               for r in replicas]
+    home = 0 if homed[0] else 1
+    assert homed[1 - home] == 0 and spilled[home] == 0, (homed, spilled)
+    assert (homed[home], spilled[1 - home]) == (counts[home], counts[1 - home])
+    assert sample_sum(text, "prefixgate_pool_choices_total", pool="p", reason="model") == 10
 
 
 def _chat(proxy: str, question: str) -> httpx.Response:
