@@ -97,6 +97,11 @@ class Metrics:
             "Retrievals answered from the passage cache (hit), by one already running (joined) or computed (miss).",
             ["result"], registry=self.registry,
         )
+        self._embedding_cache = Counter(
+            "prefixgate_embedding_cache", "Question vectors found in the per-process vector cache (hit) or "
+            "computed (miss); asked only when the passage cache had no answer.",
+            ["result"], registry=self.registry,
+        )
         self._retrieval_failures = Counter(
             "prefixgate_retrieval_failures", "Requests that went on without context because retrieval failed.",
             registry=self.registry,
@@ -230,6 +235,9 @@ class Metrics:
 
     def retrieval_cache(self, result: str) -> None:
         self._retrieval_cache.labels(result).inc()
+
+    def embedding_cache(self, result: str) -> None:
+        self._embedding_cache.labels(result).inc()
 
     def shared_cache(self, cache: str, event: str) -> None:
         self._shared_cache.labels(cache, event).inc()

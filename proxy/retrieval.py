@@ -14,7 +14,7 @@ from time import perf_counter
 from policies.evidence import EvidencePolicy, Passage, select_evidence
 from policies.stable_prefix import CHARS_PER_TOKEN
 from proxy.config import Config
-from proxy.embeddings import Embedder, LocalMiniLM, MicroBatcher, RemoteEmbeddings
+from proxy.embeddings import Embedder, LocalMiniLM, MicroBatcher, RemoteEmbeddings, VectorCache
 from proxy.metrics import Metrics
 from proxy.retrieval_cache import RetrievalCache, cache_key
 from proxy.retrieval_config import TenantRetrieval
@@ -45,12 +45,14 @@ class Retriever:
     def __init__(
         self, embedder: Embedder, store: VectorStore, *, max_batch: int, max_wait: float,
         metrics: Metrics | None = None, cache: RetrievalCache | None = None, timeout: float = 5.0,
+        vector_cache: VectorCache | None = None,
     ) -> None:
         self.embedder = embedder
         self.timeout = timeout  # embed + search; past it the request goes on without context
         self.store = store
         self.metrics = metrics
         self.cache = cache
+        self.vectors = vector_cache
         self.versions: dict[tuple[str, str], str] = {}  # (collection, tenant) -> version, polled
         self._poller: asyncio.Task[None] | None = None
         self._running: dict[str, asyncio.Future[Retrieved]] = {}  # cache key -> the retrieval under way
@@ -85,8 +87,9 @@ class Retriever:
         if settings.cache:
             cache = RetrievalCache(settings.cache_ttl_s, settings.cache_empty_ttl_s,
                                    store=tiered_cache(config.redis, "passages", metrics))
+        vectors = VectorCache(settings.embedding_cache_size) if settings.embedding_cache_size else None
         retriever = cls(embedder, store, max_batch=settings.batch_max, max_wait=settings.batch_wait_ms / 1000,
-                        metrics=metrics, cache=cache, timeout=settings.timeout)
+                        metrics=metrics, cache=cache, timeout=settings.timeout, vector_cache=vectors)
         if cache is not None:
             poller = retriever._poll_versions(settings.version_poll_s)
             retriever._poller = asyncio.get_running_loop().create_task(poller)
@@ -136,7 +139,7 @@ class Retriever:
         started = perf_counter()
         try:
             async with asyncio.timeout(self.timeout):
-                vector = await self.batcher.embed_one(question)
+                vector = await self._vector(tenant, question)
                 stages["embed"] = perf_counter() - started
                 hits = await self.store.search(settings.collection, tenant, vector, settings.candidates)
                 stages["search"] = perf_counter() - started - stages["embed"]
@@ -155,6 +158,17 @@ class Retriever:
         if key is not None and self.cache is not None:
             await self.cache.put(key, tuple(passages))
         return Retrieved(passages, stages)
+
+    async def _vector(self, tenant: str, question: str) -> list[float]:
+        if self.vectors is None:
+            return await self.batcher.embed_one(question)
+        vector = self.vectors.get(tenant, question)
+        if self.metrics is not None:
+            self.metrics.embedding_cache("miss" if vector is None else "hit")
+        if vector is None:
+            vector = await self.batcher.embed_one(question)
+            self.vectors.put(tenant, question, vector)
+        return vector
 
     async def aclose(self) -> None:
         if self._poller is not None:

@@ -33,6 +33,9 @@ class RetrievalConfig(_Frozen):
     batch_wait_ms: float = Field(0.0, ge=0)
     """micro-batch: how long a question waits for company when the embedder is idle; 0: go at once, and batch while it
     is busy"""
+    embedding_cache_size: int = Field(4096, ge=0)
+    """question vectors kept per gateway process (least recently used go first; about 1.6 KB each at 384 dimensions),
+    per tenant and exact question; 0: off"""
     cache: bool = True
     """cache the selected passages per tenant and normalized question"""
     cache_ttl_s: float = Field(300.0, gt=0)

@@ -7,11 +7,14 @@ import random
 from typing import Any
 
 from policies.evidence import Chunk, Passage
+from proxy.embeddings import VectorCache
+from proxy.metrics import Metrics
 from proxy.retrieval import Retriever
 from proxy.retrieval_cache import RetrievalCache, cache_key
 from proxy.retrieval_config import TenantRetrieval
 from proxy.shared_cache import TieredCache
 from tests.proxy.test_embeddings import CountingEmbedder
+from tests.support.metrics_text import sample_sum
 
 SETTINGS = TenantRetrieval(collection="docs")
 
@@ -79,6 +82,41 @@ def test_an_ingest_that_changes_the_collection_makes_old_entries_unreadable() ->
         assert store.searches == 2
 
     asyncio.run(run())
+
+
+def test_a_question_asked_again_after_an_ingest_is_searched_again_but_not_embedded_again() -> None:
+    """The vector cache: an ingest makes the passages stale, never the question's vector; and a
+    tenant's vectors are its own (a hit is faster, so sharing would tell one tenant what another asked)."""
+    async def run() -> None:
+        store = StubStore()
+        embedder = CountingEmbedder()
+        metrics = Metrics()
+        cached = Retriever(embedder, store, max_batch=8, max_wait=0, metrics=metrics,  # type: ignore[arg-type]
+                           cache=RetrievalCache(ttl=60, empty_ttl=5), vector_cache=VectorCache(16))
+        first = await cached.retrieve("acme", SETTINGS, "What is covered?")
+        store.current[("docs", "acme")] = "7"
+        await cached.refresh_versions()
+        again = await cached.retrieve("acme", SETTINGS, "What is covered?")
+        assert store.searches == 2 and len(embedder.calls) == 1
+        assert again.passages == first.passages
+        await cached.retrieve("globex", SETTINGS, "What is covered?")
+        assert len(embedder.calls) == 2
+        text = metrics.render().decode()
+        assert sample_sum(text, "prefixgate_embedding_cache_total", result="hit") == 1
+        assert sample_sum(text, "prefixgate_embedding_cache_total", result="miss") == 2
+
+    asyncio.run(run())
+
+
+def test_the_vector_cache_keeps_the_most_recently_used_vectors() -> None:
+    vectors = VectorCache(2)
+    vectors.put("acme", "a", [0.5, 0.25])
+    vectors.put("acme", "b", [1.0, 2.0])
+    assert vectors.get("acme", "a") == [0.5, 0.25]  # a is now the most recent ...
+    vectors.put("acme", "c", [3.0, 4.0])  # ... so b goes
+    assert vectors.get("acme", "b") is None
+    assert vectors.get("acme", "a") == [0.5, 0.25] and vectors.get("acme", "c") == [3.0, 4.0]
+    assert vectors.get("globex", "a") is None
 
 
 def test_keys_differ_by_every_part_that_changes_the_answer() -> None:
