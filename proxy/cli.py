@@ -24,6 +24,7 @@ from proxy.config import Config, ConfigError, dump_config, load_config, with_eng
 from proxy.config_reference import add_reference_parser
 from proxy.engine import EngineError, LocalEngine, free_port, vllm_available
 from proxy.ingest import add_parser as add_ingest_parser
+from proxy.worker_metrics import shared_metrics_dir
 
 log = logging.getLogger("prefixgate")
 
@@ -80,7 +81,8 @@ def _serve(config: Config) -> None:
         uvicorn.run(create_app(config), **options)
     else:
         os.environ[ENV_RESOLVED_CONFIG] = dump_config(config)
-        uvicorn.run("proxy.app:app_from_environment", factory=True, workers=server.workers, **options)
+        with shared_metrics_dir():
+            uvicorn.run("proxy.app:app_from_environment", factory=True, workers=server.workers, **options)
 
 
 def _exit_quietly(signum: int, frame: object) -> None:

@@ -58,7 +58,7 @@ class Gateway:
     @classmethod
     async def start(cls, config: Config, metrics: Metrics) -> Gateway:
         upstreams = Upstreams(config)
-        metrics.load.upstreams = upstreams
+        metrics.attach(upstreams)
         if any(pool.kind == "litellm" for pool in config.pools):
             await asyncio.to_thread(load_litellm)  # about a second of imports, off the event loop
         await upstreams.discover()
@@ -81,6 +81,7 @@ class Gateway:
                    admission, retriever, answers, access_log)
 
     async def aclose(self) -> None:
+        await self.metrics.aclose()
         await self.upstreams.aclose()
         await self.admission.aclose()
         if self.retriever is not None:

@@ -1,15 +1,18 @@
-"""Prometheus metrics, one registry per app (no module globals), label children cached."""
+"""Prometheus metrics, one registry per app (no module globals), label children cached; with
+several workers, summed over all of them (proxy/worker_metrics.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from time import monotonic
+import asyncio
+import os
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.registry import Collector
+from prometheus_client.multiprocess import mark_process_dead
+
+from proxy.load_metrics import LoadCollector, LoadGauges
+from proxy.worker_metrics import forget_dead_workers, multiprocess_dir, render_all_workers
 
 if TYPE_CHECKING:
     from proxy.upstream import Upstreams
@@ -148,8 +151,14 @@ class Metrics:
             "key), single (the pool's only replica); retries are prefixgate_upstream_retries.",
             ["pool", "replica", "reason"], registry=self.registry,
         )
-        self.load = LoadCollector()
-        self.registry.register(self.load)
+        self._folder = multiprocess_dir()  # set when this process is one of several workers
+        self.load: LoadCollector | LoadGauges
+        if self._folder is None:
+            self.load = LoadCollector()
+            self.registry.register(self.load)
+        else:
+            self.load = LoadGauges()
+        self._publisher: asyncio.Task[None] | None = None
         self._children: dict[tuple[str, ...], tuple[Counter, Histogram]] = {}
         self._answer_children: dict[tuple[str, str], tuple[Counter, Counter, Histogram]] = {}
         self._stage_children: dict[str, Histogram] = {}
@@ -268,65 +277,22 @@ class Metrics:
     def observe_queue_wait(self, pool: str, seconds: float) -> None:
         self._queue_wait.labels(pool).observe(seconds)
 
+    def attach(self, upstreams: Upstreams) -> None:
+        """Report the load of these pools; as one of several workers, publish it once a second."""
+        self.load.upstreams = upstreams
+        if isinstance(self.load, LoadGauges) and self._folder is not None:
+            forget_dead_workers(self._folder)
+            self._publisher = asyncio.get_running_loop().create_task(self.load.publish_forever())
+
+    async def aclose(self) -> None:
+        if self._publisher is not None:
+            self._publisher.cancel()
+            await asyncio.gather(self._publisher, return_exceptions=True)
+        if self._folder is not None:
+            mark_process_dead(os.getpid(), self._folder)  # this worker's load no longer counts
+
     def render(self) -> bytes:
-        return generate_latest(self.registry)
-
-
-class LoadCollector(Collector):
-    """Requests in flight and queued, replica health, and each replica's engine as last read from
-    its own /metrics (proxy/engine_stats.py), all read from the pools at scrape time, so the
-    request path updates nothing for them."""
-
-    def __init__(self) -> None:
-        self.upstreams: Upstreams | None = None  # set once the gateway has started
-
-    def collect(self) -> Iterator[Metric]:
-        labels = ["pool", "replica"]
-        in_flight = GaugeMetricFamily("prefixgate_replica_in_flight", "Requests in flight to each replica "
-                                      "from this process.", labels=labels)
-        healthy = GaugeMetricFamily("prefixgate_replica_healthy", "1 while a replica takes requests, 0 while "
-                                    "it is ejected.", labels=labels)
-        queued = GaugeMetricFamily("prefixgate_pool_queued", "Requests waiting for a slot in a pool's queue.",
-                                   labels=["pool"])
-        up = GaugeMetricFamily("prefixgate_engine_up", "1 when the latest reading of a replica's engine "
-                               "metrics succeeded.", labels=labels)
-        others = GaugeMetricFamily("prefixgate_engine_others_requests", "Requests at a replica's engine that "
-                                   "this process did not send (running + waiting less its own in flight); the "
-                                   "replica choice counts them.", labels=labels)
-        running = GaugeMetricFamily("prefixgate_engine_running", "Requests a replica's engine is running, as "
-                                    "last read.", labels=labels)
-        waiting = GaugeMetricFamily("prefixgate_engine_waiting", "Requests waiting in a replica's engine "
-                                    "scheduler, as last read.", labels=labels)
-        kv_usage = GaugeMetricFamily("prefixgate_engine_kv_cache_usage", "Share (0-1) of a replica's KV-cache "
-                                     "blocks in use, as last read.", labels=labels)
-        hit_rate = GaugeMetricFamily("prefixgate_engine_prefix_cache_hit_rate", "A replica's prefix-cache hits "
-                                     "over queries (tokens) between the last two readings that saw queries.",
-                                     labels=labels)
-        preemptions = CounterMetricFamily("prefixgate_engine_preemptions", "Requests a replica's engine "
-                                          "preempted (out of KV blocks), as last read.", labels=labels)
-        families: tuple[Metric, ...] = (in_flight, healthy, queued, up, others, running, waiting, kv_usage,
-                                        hit_rate, preemptions)
-        if self.upstreams is None:
-            yield from families
-            return
-        now = monotonic()
-        for pool in self.upstreams.all_pools():
-            for replica in pool.replicas:
-                key = [pool.name, replica.base_url]
-                in_flight.add_metric(key, replica.in_flight)
-                healthy.add_metric(key, 0 if replica.health.tripped else 1)
-                reading = replica.engine
-                if pool.engine_metrics.interval > 0:
-                    up.add_metric(key, 1 if replica.engine_up else 0)
-                if reading is None:
-                    continue
-                others.add_metric(key, replica.others_at(now))
-                running.add_metric(key, reading.sample.running)
-                waiting.add_metric(key, reading.sample.waiting)
-                kv_usage.add_metric(key, reading.sample.kv_usage)
-                if reading.hit_rate is not None:
-                    hit_rate.add_metric(key, reading.hit_rate)
-                preemptions.add_metric(key, reading.sample.preemptions)
-            if pool.gate is not None:
-                queued.add_metric([pool.name], pool.gate.queue.size)
-        yield from families
+        if self._folder is None:
+            return generate_latest(self.registry)
+        self.load.publish()  # type: ignore[union-attr]
+        return render_all_workers(self._folder)

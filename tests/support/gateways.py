@@ -28,7 +28,8 @@ def gateway_processes(config: dict[str, Any], workdir: Path, count: int, timeout
         for index in range(count):
             port = free_port()
             path = workdir / f"gateway-{port}.yaml"
-            path.write_text(yaml.safe_dump({**config, "server": {"port": port}, "data_dir": str(workdir)}))
+            server = {**config.get("server", {}), "port": port}
+            path.write_text(yaml.safe_dump({**config, "server": server, "data_dir": str(workdir)}))
             process = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)],
                                        env={**env, "PYTHONHASHSEED": str(11 * (index + 1))},
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
