@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec triton
 	touch $(STAMP)
 
-.PHONY: install serve test bench redis-server
+.PHONY: install serve test bench redis-server prometheus
 install: $(STAMP)
 
 serve: $(STAMP)
@@ -27,7 +27,13 @@ redis-server:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
 
-test: $(STAMP) redis-server
+# The metrics test scrapes prefixgate with a real Prometheus (Debian's package).
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+test: $(STAMP) redis-server prometheus
 	$(PY) -m pytest $(ARGS)
 
 bench: $(STAMP)
