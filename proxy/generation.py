@@ -130,13 +130,14 @@ class GenerationRoute:
             authorization, length, retrieval_wanted, pool_named = _request_headers(scope)
             tenant = gateway.tenants[gateway.keys.tenant_for(authorization)]
             label = metrics.tenant_label(tenant.name)
+            mark = stage("auth", started)
             if entry is not None:
                 entry["tenant"] = tenant.name
             raw = await read_body(receive, length, gateway.config.server.max_body_bytes)
             view = validate_request(self.endpoint, decode_json(raw))
             if isinstance(view, Rejection):
                 raise OpenAIError.from_rejection(view)
-            mark = stage("request", started)
+            mark = stage("request", mark)
             if entry is not None:
                 entry.update(model=view.model, stream=view.stream)
             headers: list[tuple[bytes, bytes]] = []

@@ -53,8 +53,8 @@ class Metrics:
             ["pool"], buckets=TPOT_BUCKETS, registry=self.registry,
         )
         self._stage = Histogram(
-            "prefixgate_stage_seconds", "Time per request stage: request (auth, body read, validation), "
-            "canonicalize (prompt rewrite), admission (limits), upstream (replica taken to last byte); "
+            "prefixgate_stage_seconds", "Time per request stage: auth (API key to tenant), request (body read, "
+            "validation), canonicalize (prompt rewrite), admission (limits), upstream (replica taken to last byte); "
             "retrieval's embed, search and select; the queue is prefixgate_queue_wait_seconds.",
             ["stage"], buckets=LATENCY_BUCKETS, registry=self.registry,
         )
@@ -69,8 +69,9 @@ class Metrics:
             ["route"], buckets=TTFT_BUCKETS, registry=self.registry,
         )
         self._upstream_errors = Counter(
-            "prefixgate_upstream_errors", "Failed upstream exchanges, by pool and kind.",
-            ["pool", "kind"], registry=self.registry,
+            "prefixgate_upstream_errors", "Failed upstream exchanges, by pool, replica and kind (connect, "
+            "timeout, broken, status_5xx, ...).",
+            ["pool", "replica", "kind"], registry=self.registry,
         )
         self._upstream_retries = Counter(
             "prefixgate_upstream_retries", "Requests tried again on another replica, by pool.",
@@ -254,8 +255,8 @@ class Metrics:
     def retrieval_failed(self) -> None:
         self._retrieval_failures.inc()
 
-    def upstream_error(self, pool: str, kind: str) -> None:
-        self._upstream_errors.labels(pool, kind).inc()
+    def upstream_error(self, pool: str, replica: str, kind: str) -> None:
+        self._upstream_errors.labels(pool, replica, kind).inc()
 
     def upstream_retry(self, pool: str) -> None:
         self._upstream_retries.labels(pool).inc()

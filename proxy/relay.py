@@ -95,6 +95,10 @@ class Exchange:
         self.log = log  # with entry: the access log, and this request's line so far
         self.entry = entry
 
+    def _count_error(self, kind: str) -> None:
+        replica = self.replica.base_url if self.replica is not None else "none"
+        self.metrics.upstream_error(self.pool.name, replica, kind)
+
     def _take(self, replica: Replica) -> None:
         if self.taken_at is None:
             self.taken_at = perf_counter()
@@ -135,7 +139,7 @@ class Exchange:
                 error = exc
             else:
                 error = UpstreamTimeout("no first byte in time" if waiting else "total timeout")
-            self.metrics.upstream_error(self.pool.name, error.kind)
+            self._count_error(error.kind)
             # Slow is load, not ill health (active checks catch a hung replica); _post counted refusals.
             if error.kind not in ("timeout", "connect") and self.replica is not None:
                 self.replica.failed()
@@ -224,7 +228,7 @@ class Exchange:
             except orjson.JSONDecodeError:
                 pass
         if reply.status >= 500:
-            self.metrics.upstream_error(self.pool.name, "status_5xx")
+            self._count_error("status_5xx")
         self.status = reply.status
         await send({
             "type": "http.response.start",
@@ -243,7 +247,7 @@ class Exchange:
         body = await reply.read()
         self.status = reply.status
         if reply.status >= 500:
-            self.metrics.upstream_error(self.pool.name, "status_5xx")
+            self._count_error("status_5xx")
         try:
             error = orjson.loads(body).get("error")
         except (orjson.JSONDecodeError, AttributeError):

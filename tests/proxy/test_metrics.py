@@ -83,6 +83,7 @@ def test_stage_timings_cover_each_request(fake: FakeServer, start_proxy: Callabl
     for stage in ("canonicalize", "admission", "upstream"):
         assert sample_sum(text, "prefixgate_stage_seconds_count", stage=stage) == 3, stage
     assert sample_sum(text, "prefixgate_stage_seconds_count", stage="request") == 3
+    assert sample_sum(text, "prefixgate_stage_seconds_count", stage="auth") == 4  # the refused one too
     # The upstream stage holds the engine's time (two tokens 30 ms apart), the others are prefixgate's own.
     assert sample_sum(text, "prefixgate_stage_seconds_sum", stage="upstream") > 0.03 * 3
     assert sample_sum(text, "prefixgate_stage_seconds_sum", stage="canonicalize") < 0.03 * 3

@@ -77,7 +77,7 @@ def test_metrics_count_requests_ttft_and_upstream_errors(fake: FakeServer, start
     assert sample_sum(text, "prefixgate_requests_total", route=route, status="400") == 1
     assert sample_sum(text, "prefixgate_request_duration_seconds_count", route=route, status="200") == 2
     assert sample_sum(text, "prefixgate_time_to_first_token_seconds_count", route=route) == 1
-    assert sample_sum(text, "prefixgate_upstream_errors_total", pool="gone", kind="connect") == 1
+    assert sample_sum(text, "prefixgate_upstream_errors_total", pool="gone", replica=dead, kind="connect") == 1
 
 
 def test_models_requires_a_key_when_keys_are_set(fake: FakeServer, start_proxy: Callable[..., str]) -> None:
