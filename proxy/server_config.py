@@ -21,7 +21,6 @@ class ServerConfig(_Frozen):
     """uvicorn worker processes. With more than one, /metrics adds up every worker's metrics from files in
     `PROMETHEUS_MULTIPROC_DIR` (emptied at start), else in a temporary folder; rate limits and caches are per worker
     unless `redis` is set"""
-    """uvicorn worker processes"""
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     """larger request bodies get 413"""
     http_client: Literal["aiohttp", "httpx"] = "aiohttp"
