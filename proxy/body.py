@@ -16,7 +16,7 @@ class ClientGone(Exception):
 
 def _too_large(limit: int) -> OpenAIError:
     return OpenAIError(
-        413, f"Request body exceeds the limit of {limit} bytes.", code="request_too_large"
+        413, f"Request body exceeds the limit of {limit} bytes (server.max_body_bytes).", code="request_too_large"
     )
 
 

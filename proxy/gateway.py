@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from policies.admission import TokenCaps
 from policies.cache_salt import CacheMode, tenant_salt
+from policies.input_limits import InputLimits
 from policies.limits import RateLimits
 from policies.lines import LineScanner
 from policies.prompt import PromptPolicy
@@ -54,6 +55,7 @@ class Gateway:
     retriever: Retriever | None = None  # only when some tenant has retrieval on
     answers: AnswerStore | None = None  # only when some tenant stores answers
     access_log: AccessLog | None = None  # only when the config turns it on
+    input_limits: InputLimits = field(default_factory=InputLimits)
 
     @classmethod
     async def start(cls, config: Config, metrics: Metrics) -> Gateway:
@@ -78,7 +80,7 @@ class Gateway:
             access_log = AccessLog(config.access_log.path, prompts=config.access_log.prompts)
             access_log.start()
         return cls(config, KeyTable(config.resolved_keys), metrics, upstreams, tenants, PrefixMeter(metrics),
-                   admission, retriever, answers, access_log)
+                   admission, retriever, answers, access_log, config.server.input_limits())
 
     async def aclose(self) -> None:
         await self.metrics.aclose()

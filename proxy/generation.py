@@ -21,6 +21,7 @@ from policies.answer_cache import answer_key as answer_key_for
 from policies.answer_cache import cacheable
 from policies.cache_salt import cache_salt
 from policies.evidence import question_of, render_evidence, with_evidence
+from policies.input_limits import check_input
 from policies.prompt import rewrite_chat
 from policies.stable_prefix import Pieces, chat_pieces, completion_pieces
 from policies.types import Endpoint, Rejection
@@ -134,7 +135,11 @@ class GenerationRoute:
             if entry is not None:
                 entry["tenant"] = tenant.name
             raw = await read_body(receive, length, gateway.config.server.max_body_bytes)
-            view = validate_request(self.endpoint, decode_json(raw))
+            decoded = decode_json(raw)
+            refused = check_input(self.endpoint, raw, decoded, gateway.input_limits)
+            if refused is not None:
+                raise OpenAIError.from_rejection(refused)
+            view = validate_request(self.endpoint, decoded)
             if isinstance(view, Rejection):
                 raise OpenAIError.from_rejection(view)
             mark = stage("request", mark)

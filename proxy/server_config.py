@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from policies.input_limits import InputLimits
 from proxy.frozen import Frozen as _Frozen
 
 
@@ -23,6 +24,18 @@ class ServerConfig(_Frozen):
     unless `redis` is set"""
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     """larger request bodies get 413"""
+    max_json_depth: int = Field(64, ge=4)
+    """request bodies whose JSON nests deeper get 400 `json_too_deep`"""
+    max_messages: int = Field(2048, ge=1)
+    """chat requests with more messages get 400 `too_many_messages`"""
+    max_content_chars: int = Field(1_000_000, ge=1)
+    """a message's text (its string, or its text parts together), a prompt or an embeddings input longer than this
+    many characters gets 400 `content_too_long`"""
+    max_inputs: int = Field(2048, ge=1)
+    """completions prompts or embeddings inputs per request; more get 400 `too_many_inputs`"""
+
+    def input_limits(self) -> InputLimits:
+        return InputLimits(self.max_json_depth, self.max_messages, self.max_content_chars, self.max_inputs)
     http_client: Literal["aiohttp", "httpx"] = "aiohttp"
     """upstream HTTP client: `aiohttp` or `httpx`"""
     ready_timeout: float = Field(2.0, gt=0)

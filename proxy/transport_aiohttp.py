@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 
 import aiohttp
+from aiohttp.payload import TOO_LARGE_BYTES_BODY
 from yarl import URL
 
 from proxy.transport import UpstreamBroken, UpstreamTimeout, UpstreamUnreachable
@@ -62,7 +64,10 @@ class AiohttpTransport:
 
     async def post(self, url: str, body: bytes) -> AiohttpReply:
         try:
-            response = await self._session.post(self._url(url), data=body)
+            # aiohttp writes bytes over 1 MB from a file object instead (in a thread, in chunks), and
+            # warns when handed them whole.
+            data = body if len(body) <= TOO_LARGE_BYTES_BODY else io.BytesIO(body)
+            response = await self._session.post(self._url(url), data=data)
         except (TimeoutError, aiohttp.ConnectionTimeoutError) as exc:
             raise UpstreamTimeout(f"connecting to {url} timed out") from exc
         except aiohttp.ClientConnectionError as exc:
