@@ -44,6 +44,7 @@ def create_app(config: Config) -> ASGIApp:
             Route("/health", routes.health, methods=["GET"]),
             Route("/ready", routes.ready, methods=["GET"]),
             Route("/metrics", routes.metrics, methods=["GET"]),
+            Route("/openapi.json", routes.openapi, methods=["GET"]),
         ],
         exception_handlers={
             OpenAIError: openai_error_handler,

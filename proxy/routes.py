@@ -1,10 +1,14 @@
-"""The light HTTP endpoints (models, health, readiness, metrics); generation lives in generation.py."""
+"""The light HTTP endpoints (models, health, readiness, metrics, the OpenAPI document); generation
+lives in generation.py."""
 
 from __future__ import annotations
 
 import time
+from functools import cache
+from pathlib import Path
 
 import orjson
+import yaml
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -38,3 +42,13 @@ async def ready(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     gateway: Gateway = request.state.gateway
     return Response(gateway.metrics.render(), media_type=gateway.metrics.content_type)
+
+
+@cache
+def _openapi_document() -> bytes:
+    """proxy/openapi.yaml as JSON, read once per process (the first GET /openapi.json)."""
+    return orjson.dumps(yaml.safe_load((Path(__file__).parent / "openapi.yaml").read_text()))
+
+
+async def openapi(request: Request) -> Response:
+    return Response(_openapi_document(), media_type="application/json")
