@@ -115,14 +115,16 @@ def _chat(proxy: str, question: str) -> httpx.Response:
 
 
 def test_a_dead_replica_is_ejected_after_consecutive_failures(start_proxy: Callable[..., str]) -> None:
-    """Passive ejection only (no active checks): the dead replica costs at most eject_after failed
-    requests, then every request goes to the live one; back at the same address, it takes requests again."""
+    """Passive ejection only (no active checks, no engine readings, which could tilt the even split of
+    the warm-up): the dead replica costs at most eject_after failed requests, then every request goes
+    to the live one; back at the same address, it takes requests again."""
     live, dying = FakeUpstream(), FakeUpstream()
     port = free_port()
     with serve_in_thread(live) as live_url:
         with serve_in_thread(dying, port=port) as dying_url:
             proxy = start_proxy({"pools": [pool("p", live_url + "/v1", dying_url + "/v1", balance="least_loaded",
-                                                retries=0, health={"interval": 0, "eject_after": 2, "backoff": 3.0})]})
+                                                retries=0, health={"interval": 0, "eject_after": 2, "backoff": 3.0},
+                                                engine_metrics={"interval": 0})]})
             assert all(_chat(proxy, f"warm {n}").status_code == 200 for n in range(4))
             assert dying.stats.completed == 2
         statuses = [_chat(proxy, f"after {n}").status_code for n in range(20)]
