@@ -78,7 +78,6 @@ def foreign_load(sample: EngineSample, own_in_flight: int) -> int:
     return max(0, round(sample.running + sample.waiting) - own_in_flight)
 
 
-
 def lasting_load(before: int | None, now: int) -> int:
     """The others' load the replica choice counts: what two readings in a row both saw. A request of
     this process's own that the engine still counts after this process saw its last byte (the

@@ -58,16 +58,6 @@ class AuthConfig(_Frozen):
     (prefixgate warns when open mode listens on a non-loopback address)"""
 
 
-
-
-
-
-
-
-
-
-
-
 class LimitsConfig(_Frozen):
     """Admission per tenant (see docs/configuration.md, section limits). None: no limit."""
 
@@ -100,10 +90,6 @@ class TenantConfig(_Frozen):
     """context from the tenant's own documents (see below); none: no retrieval"""
     answer_cache: AnswerCacheConfig | None = None
     """exact deterministic repeats answered from memory (see below); none: off"""
-
-
-
-
 
 
 class Config(_Frozen):
