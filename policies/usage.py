@@ -1,11 +1,14 @@
 """Token usage read from an answer's bytes, without parsing the answer.
 
 The relay passes answers through untouched; settling a tenant's token reservation and learning
-output lengths need only two numbers, found by searching the bytes for OpenAI's usage fields. A
-stream carries usage only when the client asked for it (stream_options.include_usage); otherwise
-each content event counts as one token, which is how vLLM streams (one event per decode step), save
-that a step whose token adds no text yet (part of a multi-byte character) sends none, so the count
-can fall a few tokens short (sampled, up to 7 of 24 on the tiny model; tests/integration/test_usage_engine.py).
+output lengths need only two numbers, found by searching the bytes for OpenAI's usage fields.
+
+A stream carries usage only when stream_options.include_usage asks for it, so the gateway always
+asks and, for a client that did not, drops that one event on the way out (``hide_usage_events``).
+Counting events instead undercounts: a decode step whose token adds no text yet (part of a
+multi-byte character) sends no event, and vLLM merges the steps a slow reader has not taken yet into
+one event, so a client could read slowly and be charged for a fraction of its tokens. The event count
+remains only for an upstream that ignores include_usage.
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ from __future__ import annotations
 _PROMPT = b'"prompt_tokens":'
 _COMPLETION = b'"completion_tokens":'
 _EVENT = b"data: {"
+_NO_CHOICES = b'"choices":[]'
+_USAGE = b'"usage":'
+HELD_EVENT_LIMIT = 65536  # bytes without an event boundary passed on as they are, so nothing piles up
 
 
 def _int_after(data: bytes, field: bytes) -> int | None:
@@ -42,3 +48,24 @@ def streamed_completion_tokens(events: int) -> int:
     """Completion tokens of a stream without usage: its events less the first (the role alone), at
     one token per event."""
     return max(0, events - 1)
+
+
+def _event_end(data: bytes) -> int:
+    """Where the last complete SSE event in ``data`` ends (0 when none does)."""
+    lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
+    return max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+
+
+def hide_usage_events(data: bytes) -> tuple[bytes, bytes]:
+    """(what to send, what to hold for the next piece) of a stream whose usage event the client did
+    not ask for: whole events only, less any usage-only one (empty choices and a usage object)."""
+    end = _event_end(data)
+    if end == 0:
+        return (data, b"") if len(data) > HELD_EVENT_LIMIT else (b"", data)
+    ready, held = data[:end], data[end:]
+    if _NO_CHOICES not in ready:
+        return ready, held
+    separator = b"\r\n\r\n" if ready.endswith(b"\r\n\r\n") else b"\n\n"
+    events = ready.split(separator)[:-1]
+    kept = [event for event in events if not (_NO_CHOICES in event and _USAGE in event)]
+    return b"".join(event + separator for event in kept), held

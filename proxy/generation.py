@@ -58,13 +58,14 @@ def _request_headers(scope: Scope) -> tuple[str | None, bytes | None, bool, str 
     return authorization, length, retrieval, pool
 
 
-def _with_string_field(raw: bytes, name: bytes, value: str) -> bytes:
-    """Add a new top-level field to a JSON object's bytes without parsing and re-serializing it.
+def _with_field(raw: bytes, name: bytes, value: bytes) -> bytes:
+    """Add a new top-level field (``value``: JSON) to a JSON object's bytes without parsing and
+    re-serializing it.
 
     Only for a body already decoded as an object that lacks ``name``: its last non-blank byte is
     the closing brace, and an object here is never empty (model and messages are required).
     """
-    return raw.rstrip()[:-1] + b',"' + name + b'":' + orjson.dumps(value) + b"}"
+    return raw.rstrip()[:-1] + b',"' + name + b'":' + value + b"}"
 
 
 async def _add_evidence(
@@ -181,6 +182,7 @@ class GenerationRoute:
             pool, reason = gateway.upstreams.pool_for(view.model, embeddings=self.endpoint == "embeddings",
                                                       predicted_p90=predicted, named=pool_named)
             gateway.metrics.pool_chosen(pool.name, reason)
+            hide_usage = view.stream and not view.include_usage and pool.litellm is None  # litellm counts its own
             pool_name = pool.name
             if self.endpoint != "embeddings":
                 caps = pool.caps(tenant.admission.caps.action)
@@ -194,12 +196,18 @@ class GenerationRoute:
                     stage("admission", mark)
                 if gateway.upstreams.routes_by_length or pool_named is not None:
                     headers.append((b"x-prefixgate-pool", pool.name.encode()))
+                if hide_usage:  # count tokens from the engine's usage, not from events (policies/usage.py)
+                    if changed or "stream_options" in body:
+                        options = {**(body.get("stream_options") or {}), "include_usage": True}
+                        body, changed = {**body, "stream_options": options}, True
+                    else:
+                        raw = _with_field(raw, b"stream_options", b'{"include_usage":true}')
                 salt = cache_salt(tenant.cache_mode, tenant.salt, body.get("cache_salt"))
                 if salt is not None and salt != body.get("cache_salt"):
                     if changed or "cache_salt" in body:
                         body, changed = {**body, "cache_salt": salt}, True
                     else:
-                        raw = _with_string_field(raw, b"cache_salt", salt)
+                        raw = _with_field(raw, b"cache_salt", orjson.dumps(salt))
                 if changed:
                     raw = orjson.dumps(body)
                 if tenant.answer_ttl is not None and gateway.answers is not None and cacheable(body):
@@ -207,8 +215,7 @@ class GenerationRoute:
                     stored = await gateway.answers.get(answer_key)
                     if stored is not None:
                         await gateway.admission.release(admitted)  # the engine did no work
-                        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-                        await send_stored_answer(send, stored, stream=view.stream, include_usage=include_usage,
+                        await send_stored_answer(send, stored, stream=view.stream, include_usage=not hide_usage,
                                                  headers=headers)
                         if entry is not None:
                             entry["answer_cache"] = "hit"
@@ -241,7 +248,7 @@ class GenerationRoute:
             model=view.model, fallback=fallback,
             answers=gateway.answers, answer_key=answer_key, answer_ttl=tenant.answer_ttl or 0.0,
             admission=gateway.admission if admitted is not None else None, admitted=admitted,
-            log=access_log, entry=entry,
+            log=access_log, entry=entry, hide_usage=hide_usage,
         )
         await call(scope, receive, send)
 

@@ -44,7 +44,7 @@ class Metrics:
         )
         self._tokens = Counter(
             "prefixgate_tokens", "Tokens of answered requests by tenant, pool and kind (prompt, completion), "
-            "from the engine's usage; a stream without include_usage counts completion tokens from its events.",
+            "from the engine's usage (asked for on every stream); events are counted only where an upstream sends none.",
             ["tenant", "pool", "kind"], registry=self.registry,
         )
         self._tpot = Histogram(

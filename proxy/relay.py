@@ -17,7 +17,7 @@ from starlette.types import Send
 
 from policies.answer_cache import completion_from_stream
 from policies.retry import retryable, within_budget
-from policies.usage import stream_events, streamed_completion_tokens, usage_in
+from policies.usage import hide_usage_events, stream_events, streamed_completion_tokens, usage_in
 from proxy.access_log import AccessLog
 from proxy.admission import Admission, Admitted
 from proxy.answer_store import AnswerStore, storable
@@ -55,8 +55,8 @@ class Exchange:
     proxy/dispatch.py's UpstreamCall adds where it goes (slot, replica, overflow) around it."""
 
     __slots__ = ("admission", "admitted", "answer_key", "answer_ttl", "answers", "body", "entry", "fallback", "gate",
-                 "headers", "holds_slot", "keepalive", "key", "log", "metrics", "model", "path", "pool", "replica",
-                 "route", "started", "status", "stream", "streamed", "taken_at", "tenant", "url", "usage")
+                 "headers", "hide_usage", "holds_slot", "keepalive", "key", "log", "metrics", "model", "path", "pool",
+                 "replica", "route", "started", "status", "stream", "streamed", "taken_at", "tenant", "url", "usage")
 
     def __init__(
         self, *, pool: Pool, key: int | None, tenant: str, path: str, body: bytes, stream: bool,
@@ -64,7 +64,7 @@ class Exchange:
         model: str = "", fallback: str | None = None,
         answers: AnswerStore | None = None, answer_key: str | None = None, answer_ttl: float = 0.0,
         admission: Admission | None = None, admitted: Admitted | None = None,
-        log: AccessLog | None = None, entry: dict[str, Any] | None = None,
+        log: AccessLog | None = None, entry: dict[str, Any] | None = None, hide_usage: bool = False,
     ) -> None:
         self.pool = pool
         self.key = key  # the prompt's affinity key, for the replica choice
@@ -87,6 +87,7 @@ class Exchange:
         self.admission = admission  # with admitted: told the usage when the answer ends
         self.admitted = admitted
         self.usage: tuple[int | None, int | None] = (None, None)  # (prompt, completion) tokens, where known
+        self.hide_usage = hide_usage  # the gateway asked for the stream's usage event; the client did not
         self.taken_at: float | None = None  # when the first replica took it (perf_counter)
         self.streamed: float | None = None  # seconds from a stream's first chunk to its last
         self.gate = pool.gate  # when set, a slot of it is held (holds_slot) until the exchange ends
@@ -272,13 +273,19 @@ class Exchange:
         tail = b""
         kept: list[bytes] | None = [] if self.answer_key is not None else None  # for the answer store
         events = 0
+        held = b""  # the start of an event not yet whole, while hiding the usage event
         while chunk:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
             tail = tail[-480:] + chunk[-512:]
             events += stream_events(chunk)
             if kept is not None:
                 kept.append(chunk)
+            if self.hide_usage:
+                chunk, held = hide_usage_events(held + chunk if held else chunk)
+            if chunk:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
             chunk = await reply.next_chunk()
+        if held:
+            await send({"type": "http.response.body", "body": held, "more_body": True})
         self.streamed = perf_counter() - first_at
         prompt, completion = usage_in(tail)  # present when the client asked for include_usage
         self.usage = (prompt, completion if completion is not None else streamed_completion_tokens(events))

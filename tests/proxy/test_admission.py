@@ -131,11 +131,11 @@ def test_reserved_tokens_are_settled_with_the_actual_usage(
                             headers=AUTH)
         assert answer.status_code == 200, answer.text
         remaining.append(int(answer.headers["x-ratelimit-remaining-tokens"]))
-    # Read at admission: this request's reservation (~505) plus what each earlier one used. A JSON
-    # answer reports its usage (12 prompt + 5 output); a stream without usage is counted by events.
+    # Read at admission: this request's reservation (~505) plus what each earlier one used: the engine's
+    # usage (12 prompt + 5 output), which the gateway asks for even when the client's stream did not.
     used = [before - after for before, after in pairwise(remaining)]
     assert 480 <= remaining[0] < 500, remaining
-    assert all(10 <= u <= 12 for u in used) if stream else used == [17] * 5, used
+    assert used == [17] * 5, used
     refused = httpx.post(proxy + "/v1/chat/completions", json=chat(max_tokens=2000), headers=AUTH)
     assert refused.status_code == 429 and "Request too large" in refused.json()["error"]["message"]
 

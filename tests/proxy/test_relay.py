@@ -47,6 +47,19 @@ def test_stream_is_relayed_byte_for_byte(gateway: str, fake: FakeServer) -> None
     assert orjson.loads(parsed[-2])["usage"]["completion_tokens"] == 5
 
 
+def test_a_stream_without_include_usage_reaches_the_client_as_the_upstream_would_send_it(
+    gateway: str, fake: FakeServer
+) -> None:
+    """The gateway asks the engine for the usage event (to charge the tokens it reports, not a count
+    of events) and takes it out again: the client gets what it would have got directly."""
+    body = {**CHAT, "stream": True}
+    direct = httpx.post(fake.base_url + "/chat/completions", json=body)
+    proxied = httpx.post(gateway + "/v1/chat/completions", json=body)
+    assert proxied.status_code == 200 and proxied.content == direct.content
+    assert b'"usage"' not in proxied.content
+    assert httpx.get(fake.url + "/_stats").json()["last_body"]["stream_options"] == {"include_usage": True}
+
+
 def test_request_body_reaches_upstream_unchanged(gateway: str, fake: FakeServer) -> None:
     body = {**CHAT, "ignore_eos": True, "cache_salt": "s1", "vendor_extra": {"a": [1, 2]}}
     assert httpx.post(gateway + "/v1/chat/completions", json=body).status_code == 200
