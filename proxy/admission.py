@@ -19,7 +19,7 @@ from policies.length import LengthHistory, Prediction, features_of, predict
 from policies.limits import RateLimits, Verdict, output_reservation
 from policies.stable_prefix import Pieces
 from proxy.errors import OpenAIError
-from proxy.limiter import Limiter, Ticket
+from proxy.limiter import Limiter, LimiterUnavailable, Ticket
 from proxy.metrics import Metrics
 from proxy.token_count import TokenCounter
 
@@ -156,7 +156,13 @@ class Admission:
         p95 = admitted.prediction.p95 if admitted.prediction is not None else None
         output = output_reservation(requested_output(body)[1], p95, tenant.output_reservation)
         reserved = admitted.prompt_tokens + output
-        verdict, ticket = await self.limiter.admit(tenant_name, limits, reserved)
+        try:
+            verdict, ticket = await self.limiter.admit(tenant_name, limits, reserved)
+        except LimiterUnavailable as down:
+            wait = str(max(1, math.ceil(down.retry_after)))
+            raise OpenAIError(503, "Rate limits cannot be checked right now (their shared store is unreachable); "
+                                   f"try again in {wait} s.", type="server_error", code="rate_limiter_unavailable",
+                              headers={"Retry-After": wait}) from None
         if not verdict.admitted:
             self.metrics.rate_limited(tenant_name, "too_large" if verdict.too_large else (
                 "requests" if verdict.reset_requests >= verdict.reset_tokens else "tokens"))

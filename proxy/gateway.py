@@ -73,8 +73,8 @@ class Gateway:
         metrics.label_tenants(labelled, config.metrics.max_tenants)
         wants_answers = any(t.answer_ttl for t in tenants.values())
         answers = AnswerStore(tiered_cache(config.redis, "answers", metrics)) if wants_answers else None
-        admission = Admission(open_limiter(config.redis), TokenCounter(config.tokenizer), metrics,
-                              predicts=upstreams.routes_by_length)
+        limiter = open_limiter(config.redis, metrics.limiter_unavailable)
+        admission = Admission(limiter, TokenCounter(config.tokenizer), metrics, predicts=upstreams.routes_by_length)
         access_log = None
         if config.access_log.enabled:
             access_log = AccessLog(config.access_log.path, prompts=config.access_log.prompts)

@@ -2,9 +2,10 @@
 
 In memory the check and the update run with no await between them, so the event loop makes them
 atomic. In Redis one Lua script (limiter.lua) does both on Redis's clock, so any number of gateway
-processes enforce one limit exactly. If Redis fails, the gateway falls back to its own windows for
-``retry_s`` (limits then hold per process) rather than refusing or stalling traffic; the breaker is
-the same as the shared caches'.
+processes enforce one limit exactly. If Redis fails, the gateway stops asking it for ``retry_s``
+(the breaker is the same as the shared caches') and meanwhile, as ``limits_when_down`` says, either
+keeps its own windows (limits hold per process; traffic neither stops nor stalls) or refuses every
+limited request with a 503, for operators to whom a limit exceeded costs more than an outage.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from time import monotonic
@@ -35,6 +37,14 @@ class Ticket:
     tenant: str
     entry: Entry | None = None  # in memory
     entry_id: str | None = None  # in Redis
+
+
+class LimiterUnavailable(Exception):
+    """Redis cannot check the limits, and the configuration says to refuse rather than guess."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__("rate limiter unavailable")
+        self.retry_after = retry_after
 
 
 class MemoryLimiter:
@@ -111,12 +121,15 @@ class _Coalescer:
 class RedisLimiter:
     """Windows in Redis, one set of keys per tenant (hash-tagged, so a Redis Cluster keeps them together)."""
 
-    def __init__(self, settings: RedisConfig, prefix: str = "prefixgate:limits") -> None:
+    def __init__(self, settings: RedisConfig, unavailable: Callable[[str], None] = lambda action: None,
+                 prefix: str = "prefixgate:limits") -> None:
         timeout = settings.timeout_ms / 1000
         self.redis = Redis.from_url(settings.url, socket_timeout=timeout, socket_connect_timeout=timeout)
         self.calls = _Coalescer(self.redis, self.redis.register_script(_SCRIPT))
         self.prefix = prefix
         self.retry_s = settings.retry_s
+        self.refuses = settings.limits_when_down == "refuse"
+        self.unavailable = unavailable  # told "local" or "refused" for each request decided without Redis
         self.local = MemoryLimiter()  # while Redis is down
         self._down_until = 0.0
 
@@ -126,12 +139,20 @@ class RedisLimiter:
 
     def _failed(self, error: Exception) -> None:
         if monotonic() >= self._down_until:
-            log.warning("redis rate limiter failed (%s); limits hold per process for %.0f s", error, self.retry_s)
+            meanwhile = "limited requests are refused" if self.refuses else "limits hold per process"
+            log.warning("redis rate limiter failed (%s); %s for %.0f s", error, meanwhile, self.retry_s)
         self._down_until = monotonic() + self.retry_s
+
+    async def _without_redis(self, tenant: str, limits: RateLimits, tokens: int) -> tuple[Verdict, Ticket | None]:
+        if self.refuses:
+            self.unavailable("refused")
+            raise LimiterUnavailable(max(0.0, self._down_until - monotonic()))
+        self.unavailable("local")
+        return await self.local.admit(tenant, limits, tokens)
 
     async def admit(self, tenant: str, limits: RateLimits, tokens: int) -> tuple[Verdict, Ticket | None]:
         if monotonic() < self._down_until:
-            return await self.local.admit(tenant, limits, tokens)
+            return await self._without_redis(tenant, limits, tokens)
         entry_id = os.urandom(8).hex()
         args = ["admit", _or_off(limits.requests_per_minute), _or_off(limits.tokens_per_minute), tokens, entry_id,
                 WINDOW_SECONDS]
@@ -139,7 +160,7 @@ class RedisLimiter:
             verdict = _verdict(await self.calls.call(self._keys(tenant), args))
         except (RedisError, OSError) as error:
             self._failed(error)
-            return await self.local.admit(tenant, limits, tokens)
+            return await self._without_redis(tenant, limits, tokens)
         return verdict, Ticket(tenant, entry_id=entry_id) if verdict.admitted else None
 
     async def settle(self, ticket: Ticket, tokens: int) -> None:
@@ -162,5 +183,5 @@ def _or_off(limit: int | None) -> int:
 Limiter = MemoryLimiter | RedisLimiter
 
 
-def open_limiter(redis: RedisConfig | None) -> Limiter:
-    return RedisLimiter(redis) if redis is not None else MemoryLimiter()
+def open_limiter(redis: RedisConfig | None, unavailable: Callable[[str], None]) -> Limiter:
+    return RedisLimiter(redis, unavailable) if redis is not None else MemoryLimiter()

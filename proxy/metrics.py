@@ -44,7 +44,7 @@ class Metrics:
         )
         self._tokens = Counter(
             "prefixgate_tokens", "Tokens of answered requests by tenant, pool and kind (prompt, completion), "
-            "from the engine's usage (asked for on every stream); events are counted only where an upstream sends none.",
+            "from the engine's usage (asked for on every stream); events are counted where an upstream sends none.",
             ["tenant", "pool", "kind"], registry=self.registry,
         )
         self._tpot = Histogram(
@@ -118,6 +118,11 @@ class Metrics:
             "prefixgate_rate_limited", "Requests refused by a tenant rate limit, by tenant and limit "
             "(requests, tokens, too_large: the request alone exceeds the token limit).",
             ["tenant", "limit"], registry=self.registry,
+        )
+        self._limiter_unavailable = Counter(
+            "prefixgate_limiter_unavailable", "Requests whose rate limits Redis could not check, by what was done "
+            "(local: limited by this process alone; refused: answered 503, redis.limits_when_down).",
+            ["action"], registry=self.registry,
         )
         self._clamped = Counter(
             "prefixgate_admission_adjusted", "Requests whose max_tokens admission set or clamped, by tenant.",
@@ -263,6 +268,9 @@ class Metrics:
 
     def rate_limited(self, tenant: str, limit: str) -> None:
         self._rate_limited.labels(self.tenant_label(tenant), limit).inc()
+
+    def limiter_unavailable(self, action: str) -> None:
+        self._limiter_unavailable.labels(action).inc()
 
     def admission_clamped(self, tenant: str) -> None:
         self._clamped.labels(self.tenant_label(tenant)).inc()

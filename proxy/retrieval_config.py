@@ -5,6 +5,8 @@ Part of the one frozen config (proxy/config.py), kept apart because it is its ow
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator, model_validator
 
 from proxy.frozen import Frozen as _Frozen
@@ -94,6 +96,9 @@ class RedisConfig(_Frozen):
     """in-process tier in front of Redis: how long a replica reuses what it read or wrote"""
     retry_s: float = Field(2.0, gt=0)
     """after a failed call, use the in-process tier alone for this long"""
+    limits_when_down: Literal["local", "refuse"] = "local"
+    """rate limits while Redis cannot be reached: `local` keeps them per process (each replica then
+    admits up to the whole limit), `refuse` answers 503 with Retry-After until Redis is back"""
 
     @field_validator("url")
     @classmethod

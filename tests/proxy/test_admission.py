@@ -5,6 +5,7 @@ routing by predicted output length."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -83,6 +84,53 @@ def test_three_gateway_processes_sharing_redis_admit_exactly_100(
     with gateway_processes(data, tmp_path, 3) as origins:
         answers = asyncio.run(burst(origins, 1000))
     assert_exactly_100_admitted([a.status_code for a in answers])  # each process alone would admit 100
+
+
+def limiter_unavailable(proxy: str, action: str) -> float:
+    return sample_sum(httpx.get(proxy + "/metrics").text, "prefixgate_limiter_unavailable_total", action=action)
+
+
+def test_with_redis_stopped_limits_hold_per_process_and_are_shared_again_when_it_returns(
+    fake: FakeServer, start_proxy: Callable[..., str], redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    first, second = (start_proxy(config(fake, {"requests_per_minute": 3}, redis={"url": redis_server.url,
+                                                                                 "retry_s": 0.3}))
+                     for _ in range(2))
+    ask = lambda proxy: httpx.post(proxy + "/v1/chat/completions", json=chat(max_tokens=4), headers=AUTH)  # noqa: E731
+    assert ask(first).status_code == 200  # one of three, shared
+    redis_server.stop()
+    with caplog.at_level("WARNING", logger="prefixgate"):
+        # Each process alone: three more on each, the fourth refused by its own window.
+        assert [ask(first).status_code for _ in range(4)] == [200, 200, 200, 429]
+        assert [ask(second).status_code for _ in range(4)] == [200, 200, 200, 429]
+    assert limiter_unavailable(first, "local") == 4 and limiter_unavailable(second, "local") == 4
+    assert any("limits hold per process" in r.getMessage() for r in caplog.records)
+    redis_server.start()  # same port, empty: the shared window starts again
+    time.sleep(0.4)  # past retry_s
+    assert [ask(first).status_code for _ in range(2)] + [ask(second).status_code for _ in range(2)] == [200] * 3 + [429]
+
+
+def test_with_redis_stopped_and_limits_when_down_refuse_limited_requests_get_503_until_it_returns(
+    fake: FakeServer, start_proxy: Callable[..., str], redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    proxy = start_proxy(config(fake, {"requests_per_minute": 100},
+                               redis={"url": redis_server.url, "retry_s": 0.3, "limits_when_down": "refuse"}))
+    answer = httpx.post(proxy + "/v1/chat/completions", json=chat(max_tokens=4), headers=AUTH)
+    assert answer.status_code == 200
+    redis_server.stop()
+    before = fake.app.stats.requests
+    with caplog.at_level("WARNING", logger="prefixgate"):
+        refused = [httpx.post(proxy + "/v1/chat/completions", json=chat(max_tokens=4), headers=AUTH)
+                   for _ in range(3)]
+    assert [r.status_code for r in refused] == [503] * 3 and fake.app.stats.requests == before
+    error = refused[0].json()["error"]
+    assert error["code"] == "rate_limiter_unavailable" and "unreachable" in error["message"]
+    assert 1 <= int(refused[0].headers["retry-after"]) <= 1
+    assert limiter_unavailable(proxy, "refused") == 3
+    assert any("limited requests are refused" in r.getMessage() for r in caplog.records)
+    redis_server.start()
+    time.sleep(0.4)
+    assert httpx.post(proxy + "/v1/chat/completions", json=chat(max_tokens=4), headers=AUTH).status_code == 200
 
 
 def test_max_tokens_is_defaulted_clamped_or_refused(fake: FakeServer, start_proxy: Callable[..., str]) -> None:
