@@ -64,7 +64,7 @@ def _serve(config: Config) -> None:
     options = {
         "host": server.host, "port": server.port, "loop": "uvloop", "http": "httptools",
         "log_level": "info", "access_log": False, "lifespan": "on",
-        "timeout_graceful_shutdown": 30,
+        "timeout_graceful_shutdown": server.drain_timeout_s,
         # prefixgate never reads the client address, so skip uvicorn's X-Forwarded-For rewriting:
         # one middleware frame and a header scan less on every request.
         "proxy_headers": False,

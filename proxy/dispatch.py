@@ -6,6 +6,8 @@ that leaves while queued gives up its place at once.
 
 from __future__ import annotations
 
+import asyncio
+from contextlib import suppress
 from time import perf_counter
 
 import orjson
@@ -37,6 +39,10 @@ class UpstreamCall(Exchange):
                 await self._dispatch(send, watch)
         except OSError:  # uvicorn's ClientDisconnected: the client left between two writes
             watch.gone = True
+        except asyncio.CancelledError:  # not the client leaving (the watch absorbs that): the drain deadline
+            with suppress(OSError):
+                await self._cut_short(send)
+            raise
         finally:
             if self.keepalive is not None:
                 self.keepalive.cancel()
@@ -61,6 +67,18 @@ class UpstreamCall(Exchange):
                     await self.admission.release(self.admitted)
                 else:
                     await self.admission.finish(self.admitted, self.pool.name, *self.usage)
+
+    async def _cut_short(self, send: Send) -> None:
+        """The server stops before this answer is done (server.drain_timeout_s passed): tell the
+        client so, in whatever form is still open to it, rather than only dropping the connection."""
+        if self.status == CLIENT_CLOSED and not self._committed:  # nothing sent yet
+            self.status = 503
+            await OpenAIError(503, "prefixgate is shutting down; retry the request.", type="server_error",
+                              code="shutting_down", headers={"Retry-After": "1"}).send(send)
+        elif self.stream:
+            event = sse_error_event("prefixgate shut down before the stream ended; retry the request.",
+                                    "server_error", "shutting_down")
+            await send({"type": "http.response.body", "body": event, "more_body": False})
 
     def _log_line(self, ended: float) -> None:
         entry = self.entry

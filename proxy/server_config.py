@@ -22,6 +22,9 @@ class ServerConfig(_Frozen):
     """uvicorn worker processes. With more than one, /metrics adds up every worker's metrics from files in
     `PROMETHEUS_MULTIPROC_DIR` (emptied at start), else in a temporary folder; rate limits and caches are per worker
     unless `redis` is set"""
+    drain_timeout_s: float = Field(30.0, gt=0)
+    """after SIGTERM: how long answers in flight may take to finish (new connections are refused at
+    once); past it each gets a `shutting_down` error (a 503, or a last SSE event) and the process exits"""
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     """larger request bodies get 413"""
     max_json_depth: int = Field(64, ge=4)
