@@ -5,7 +5,8 @@ the model name picks a behaviour, extra body fields set sizes and delays. It nev
 for the real engine in user-facing tests; those run against vLLM.
 
 Behaviours by model name:
-  fake-model        normal answer (``fake_tokens`` chunks, ``fake_delay_ms`` between them)
+  fake-model        normal answer (``fake_tokens`` chunks, ``fake_delay_ms`` between them; a stream's
+                    chunks carry ``fake_chunk_bytes`` characters each, when given)
   fake-hang         accepts the request and never answers
   fake-die          streams 3 chunks, then drops the connection
   fake-nodone       streams 3 chunks, then ends the body cleanly without [DONE]
@@ -37,6 +38,7 @@ class Stats:
         self.active = 0
         self.disconnects = 0
         self.completed = 0
+        self.chunks_sent = 0  # content chunks of streams, handed to the server to send
         self.last_body: dict[str, Any] | None = None
         self.last_headers: dict[str, str] = {}
         self.recent_bodies: deque[dict[str, Any]] = deque(maxlen=1000)  # in-process tests read these
@@ -204,12 +206,15 @@ class FakeUpstream:
         self, request: dict[str, Any], model: str, tokens: int, delay: float, send: Any, gone: asyncio.Event
     ) -> bool:
         await send({"type": "http.response.body", "body": _ROLE_CHUNK, "more_body": True})
+        size = request.get("fake_chunk_bytes")
+        chunk = _chunk(0, {"content": "x" * int(size)}) if size else _TOKEN_CHUNK
         for index in range(tokens):
             if delay:
                 await asyncio.sleep(delay)
             if gone.is_set():
                 return False
-            await send({"type": "http.response.body", "body": _TOKEN_CHUNK, "more_body": True})
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            self.stats.chunks_sent += 1
             if index == 2 and model == "fake-die":
                 raise RuntimeError("fake upstream dies mid-stream")
             if index == 2 and model == "fake-nodone":
