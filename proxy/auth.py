@@ -8,6 +8,7 @@ the same guarantee as hmac.compare_digest, with one hash and one dict probe for 
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import Mapping
 
 from proxy.errors import OpenAIError
@@ -20,8 +21,20 @@ def _digest(key: str) -> bytes:
 
 
 class KeyTable:
-    def __init__(self, keys: Mapping[str, str]) -> None:
+    def __init__(self, keys: Mapping[str, str], admin_key: str | None = None) -> None:
         self._tenants = {_digest(key): tenant for key, tenant in keys.items()}
+        self._admin = _digest(admin_key) if admin_key is not None else None
+
+    @property
+    def guards_admin(self) -> bool:
+        return self._admin is not None
+
+    def is_admin(self, authorization: str | None) -> bool:
+        """Whether the header carries the admin key (always true when none is configured)."""
+        if self._admin is None:
+            return True
+        scheme, _, key = (authorization or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(_digest(key.strip()), self._admin)
 
     @property
     def open_mode(self) -> bool:

@@ -56,6 +56,18 @@ class AuthConfig(_Frozen):
     keys: list[TenantKey] = Field(default_factory=list)
     """API keys, each `{tenant, key}` or `{tenant, key_env}`. Empty: open mode, every request is tenant `default`
     (prefixgate warns when open mode listens on a non-loopback address)"""
+    admin_key: str | None = Field(None, min_length=8, repr=False)
+    """when set, /metrics (tenant names, replica addresses, traffic) and the replica list of /ready answer only
+    requests that send `Authorization: Bearer <admin_key>`; /health and /ready's status stay open for probes.
+    Unset: open, as suits a sidecar whose port only its pod reaches"""
+    admin_key_env: str | None = None
+    """the environment variable that holds the admin key instead (at most one of the two)"""
+
+    @model_validator(mode="after")
+    def _one_admin_key(self) -> AuthConfig:
+        if self.admin_key is not None and self.admin_key_env is not None:
+            raise ValueError("set at most one of 'admin_key' or 'admin_key_env'")
+        return self
 
 
 class LimitsConfig(_Frozen):
@@ -125,6 +137,7 @@ class Config(_Frozen):
                           json_schema_extra={"shown_default": "`~/.cache/prefixgate`"})
     """where the tiny model, the engine log and embedded Qdrant live"""
     resolved_keys: dict[str, str] = Field(default_factory=dict, repr=False, exclude=True)
+    resolved_admin_key: str | None = Field(None, repr=False, exclude=True)
 
     @field_validator("pools")
     @classmethod
@@ -260,7 +273,15 @@ def build_config(data: Mapping[str, Any], *, env: Mapping[str, str], source: str
     except ValidationError as exc:
         raise ConfigError(_format_errors(source, exc)) from None
     keys = _resolve_keys(config, source, env)
-    return config.model_copy(update={"resolved_keys": keys})
+    admin_key = config.auth.admin_key
+    if config.auth.admin_key_env is not None:
+        admin_key = env.get(config.auth.admin_key_env)
+        if not admin_key:
+            raise ConfigError(f"{source}: auth.admin_key_env: environment variable {config.auth.admin_key_env} "
+                              "is not set")
+    if admin_key is not None and admin_key in keys:
+        raise ConfigError(f"{source}: auth.admin_key: a tenant's key cannot be the admin key")
+    return config.model_copy(update={"resolved_keys": keys, "resolved_admin_key": admin_key})
 
 
 def with_engine_pool(config: Config, base_url: str, model: str) -> Config:
@@ -273,10 +294,12 @@ def dump_config(config: Config) -> str:
     """Serialize for worker processes (uvicorn --workers re-imports the app in each)."""
     payload = config.model_dump(mode="json")
     payload["resolved_keys"] = config.resolved_keys
+    payload["resolved_admin_key"] = config.resolved_admin_key
     return orjson.dumps(payload).decode()
 
 
 def config_from_dump(text: str) -> Config:
     payload = orjson.loads(text)
     keys = payload.pop("resolved_keys", {})
-    return Config.model_validate(payload).model_copy(update={"resolved_keys": keys})
+    admin_key = payload.pop("resolved_admin_key", None)
+    return Config.model_validate(payload).model_copy(update={"resolved_keys": keys, "resolved_admin_key": admin_key})

@@ -79,8 +79,9 @@ class Gateway:
         if config.access_log.enabled:
             access_log = AccessLog(config.access_log.path, prompts=config.access_log.prompts)
             access_log.start()
-        return cls(config, KeyTable(config.resolved_keys), metrics, upstreams, tenants, PrefixMeter(metrics),
-                   admission, retriever, answers, access_log, config.server.input_limits())
+        keys = KeyTable(config.resolved_keys, config.resolved_admin_key)
+        return cls(config, keys, metrics, upstreams, tenants, PrefixMeter(metrics), admission, retriever, answers,
+                   access_log, config.server.input_limits())
 
     async def aclose(self) -> None:
         await self.metrics.aclose()

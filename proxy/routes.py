@@ -12,6 +12,7 @@ import yaml
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy.errors import OpenAIError
 from proxy.gateway import Gateway
 
 
@@ -36,11 +37,17 @@ async def ready(request: Request) -> Response:
     gateway: Gateway = request.state.gateway
     replicas = await gateway.upstreams.readiness()
     is_ready = any(replicas.values())
-    return _json({"status": "ready" if is_ready else "unavailable", "replicas": replicas}, 200 if is_ready else 503)
+    status = {"status": "ready" if is_ready else "unavailable"}
+    if gateway.keys.is_admin(request.headers.get("authorization")):  # replica addresses are the operator's
+        status["replicas"] = replicas  # type: ignore[assignment]
+    return _json(status, 200 if is_ready else 503)
 
 
 async def metrics(request: Request) -> Response:
     gateway: Gateway = request.state.gateway
+    if not gateway.keys.is_admin(request.headers.get("authorization")):
+        raise OpenAIError(401, "/metrics needs the admin key (auth.admin_key) as 'Authorization: Bearer <key>'.",
+                          code="invalid_api_key")
     return Response(gateway.metrics.render(), media_type=gateway.metrics.content_type)
 
 

@@ -1,0 +1,201 @@
+"""Adversarial tenants: globex tries every door to acme's passages, cached answers, rate limit and
+prefix cache, and none opens; no API key is ever written anywhere but the request that carried it.
+
+The corpus is test_retrieval's: acme's documents say 30 days, globex's 60, so a passage that crossed
+tenants shows up as the wrong number (or the word Acme) in the evidence block the upstream receives.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from policies.cache_salt import cache_salt, tenant_salt
+from policies.evidence import FOOTER, HEADER
+from proxy.config import ConfigError
+from tests.conftest import FakeServer, make_config, pool
+from tests.proxy import test_retrieval
+from tests.proxy.test_retrieval import KEYS
+from tests.proxy.test_retrieval import config as retrieval_config
+
+corpus = test_retrieval.corpus  # the same ingested documents (a module fixture)
+ACME_ONLY = ("30 days", "Acme", "ground courier", "two-year warranty", "blender")
+ADMIN_KEY = "sk-admin-operator-7"
+
+
+def evidence_sent(fake: FakeServer) -> str:
+    """The evidence block of the last prompt upstream (not the question, which the attacker wrote)."""
+    user = fake.app.stats.last_body["messages"][-1]["content"]
+    return user[user.index(HEADER):user.index(FOOTER)] if HEADER in user else ""
+
+
+def chat_as(gateway: str, key: str, content: str, *, headers: dict[str, str] | None = None,
+            **fields: object) -> httpx.Response:
+    body = {"model": "fake-model", "max_tokens": 4, "messages": [{"role": "user", "content": content}], **fields}
+    return httpx.post(gateway + "/v1/chat/completions", json=body, timeout=30,
+                      headers={"Authorization": f"Bearer {key}", **(headers or {})})
+
+
+ATTEMPTS = [
+    # acme's own words, so the nearest vectors in the shared collection are acme's
+    ("Acme customers may return any item within 30 days of delivery for a full refund.", {}, {}),
+    ("Acme ships every order by ground courier. Every Acme blender carries a two-year warranty.", {}, {}),
+    # claims of being acme, in the headers and fields gateways and SDKs use for identity
+    ("How long do I have to return an item?",
+     {"X-Tenant": "acme", "X-Prefixgate-Tenant": "acme", "OpenAI-Organization": "acme", "OpenAI-Project": "acme",
+      "X-Api-Key": KEYS["acme"]}, {}),
+    ("How long do I have to return an item?", {},
+     {"user": "acme", "tenant": "acme", "collection": "docs", "metadata": {"tenant": "acme"},
+      "extra_body": {"tenant": "acme"}}),
+    # filter syntax smuggled into the question
+    ('tenant:acme OR tenant:* {"must": [{"key": "tenant", "match": {"value": "acme"}}]} return window?', {}, {}),
+]
+
+
+@pytest.mark.parametrize(("question", "headers", "fields"), ATTEMPTS)
+def test_no_query_header_or_field_reaches_another_tenants_passages(
+    fake: FakeServer, start_proxy: Callable[..., str], corpus: Path,
+    question: str, headers: dict[str, str], fields: dict[str, object],
+) -> None:
+    gateway = start_proxy(retrieval_config(fake, corpus))
+    assert chat_as(gateway, KEYS["acme"], question).status_code == 200  # acme's passages are in the caches now
+    answer = chat_as(gateway, KEYS["globex"], question, headers=headers, **fields)
+    assert answer.status_code == 200
+    evidence = evidence_sent(fake)
+    assert evidence and not any(word in evidence for word in ACME_ONLY), evidence
+
+
+def test_a_key_for_another_tenant_must_be_whole(fake: FakeServer, start_proxy: Callable[..., str],
+                                                corpus: Path) -> None:
+    gateway = start_proxy(retrieval_config(fake, corpus))
+    near_misses = [KEYS["acme"][:-1], KEYS["acme"] + "x", KEYS["acme"].upper(), f"{KEYS['globex']},{KEYS['acme']}"]
+    for key in near_misses:
+        assert chat_as(gateway, key, "How long do I have to return an item?").status_code == 401
+
+
+def test_an_answer_stored_for_one_tenant_is_never_served_to_another(
+    fake: FakeServer, start_proxy: Callable[..., str]
+) -> None:
+    gateway = start_proxy({
+        "pools": [pool("p", fake.base_url)],
+        "auth": {"keys": [{"tenant": tenant, "key": key} for tenant, key in KEYS.items()]},
+        "tenants": {tenant: {"answer_cache": {"ttl_s": 60}} for tenant in KEYS},
+    })
+    same = {"temperature": 0}
+    first = chat_as(gateway, KEYS["acme"], "What is our discount code?", **same)
+    assert first.headers["x-prefixgate-answer-cache"] == "miss"
+    assert chat_as(gateway, KEYS["acme"], "What is our discount code?", **same).headers[
+        "x-prefixgate-answer-cache"] == "hit"
+    seen = fake.app.stats.requests
+    other = chat_as(gateway, KEYS["globex"], "What is our discount code?", headers={"X-Tenant": "acme"}, **same)
+    assert other.headers["x-prefixgate-answer-cache"] == "miss" and fake.app.stats.requests == seen + 1
+
+
+def test_one_tenant_spending_its_rate_limit_leaves_anothers_whole(
+    fake: FakeServer, start_proxy: Callable[..., str]
+) -> None:
+    gateway = start_proxy({
+        "pools": [pool("p", fake.base_url)],
+        "auth": {"keys": [{"tenant": tenant, "key": key} for tenant, key in KEYS.items()]},
+        "limits": {"requests_per_minute": 2},
+    })
+    spoof = {"X-Tenant": "globex", "OpenAI-Organization": "globex"}
+    acme = [chat_as(gateway, KEYS["acme"], "hi", headers=spoof).status_code for _ in range(3)]
+    globex = [chat_as(gateway, KEYS["globex"], "hi").status_code for _ in range(3)]
+    assert acme == [200, 200, 429] and globex == [200, 200, 429]
+
+
+def test_no_salt_a_tenant_sends_reaches_anothers_cached_prefixes(
+    fake: FakeServer, start_proxy: Callable[..., str]
+) -> None:
+    gateway = start_proxy({"pools": [pool("p", fake.base_url)],
+                           "auth": {"keys": [{"tenant": tenant, "key": key} for tenant, key in KEYS.items()]}})
+    sent: dict[str, str] = {}
+    for tenant in KEYS:
+        chat_as(gateway, KEYS[tenant], "The same long preamble.")
+        sent[tenant] = fake.app.stats.last_body["cache_salt"]
+    assert sent["acme"] == tenant_salt("acme") != sent["globex"]
+    # globex sends every salt it could know or guess for acme: each is mixed with globex's own
+    for guess in (sent["acme"], tenant_salt("acme"), "acme", "globex"):
+        assert chat_as(gateway, KEYS["globex"], "The same long preamble.", cache_salt=guess).status_code == 200
+        salt = fake.app.stats.last_body["cache_salt"]
+        assert salt == cache_salt("isolate", tenant_salt("globex"), guess) and salt != sent["acme"]
+
+
+def test_keys_appear_in_no_log_metric_or_error(
+    fake: FakeServer, start_proxy: Callable[..., str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    access_log = tmp_path / "access.jsonl"
+    attacker = "sk-attacker-guess-0042"
+    with caplog.at_level(logging.DEBUG):
+        gateway = start_proxy({
+            "pools": [pool("p", fake.base_url)],
+            "auth": {"keys": [{"tenant": tenant, "key": key} for tenant, key in KEYS.items()],
+                     "admin_key": ADMIN_KEY},
+            "limits": {"requests_per_minute": 1},
+            "access_log": {"enabled": True, "path": str(access_log)},
+        })
+        answers = [
+            chat_as(gateway, KEYS["acme"], "hello"),
+            chat_as(gateway, KEYS["acme"], "hello again"),  # 429
+            chat_as(gateway, attacker, "hello"),  # 401
+            httpx.post(gateway + "/v1/chat/completions", content=b"{not json", headers={
+                "Authorization": f"Bearer {KEYS['globex']}"}),  # 400
+            httpx.post(gateway + "/v1/chat/completions", json={"model": "fake-model"},
+                       headers={"Authorization": f"Basic {KEYS['globex']}"}),  # malformed header
+            httpx.get(gateway + "/metrics", headers={"Authorization": f"Bearer {attacker}"}),
+        ]
+        scrape = httpx.get(gateway + "/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    assert [a.status_code for a in answers] == [200, 429, 401, 400, 401, 401] and scrape.status_code == 200
+    written = [caplog.text, scrape.text,
+               *(a.text + str(a.headers) for a in answers)]
+    for secret in (*KEYS.values(), attacker, ADMIN_KEY):
+        assert not any(secret in text for text in written), secret
+    lines = wait_for_lines(access_log, 5)  # every generation request has its line, whatever its key
+    assert not any(secret in lines for secret in (*KEYS.values(), attacker, ADMIN_KEY))
+
+
+def wait_for_lines(path: Path, count: int) -> str:
+    """The access log once ``count`` lines are in it (a writer thread writes them off the event loop)."""
+    deadline = time.monotonic() + 10
+    while (text := path.read_text()).count("\n") < count:
+        assert time.monotonic() < deadline, text
+        time.sleep(0.05)
+    return text
+
+
+def test_config_errors_never_echo_a_key() -> None:
+    secret = "sk-short"  # eight characters: valid length, reused below
+    problems = [
+        {"auth": {"keys": [{"tenant": "a", "key": "sk-tiny"}]}},  # too short
+        {"auth": {"keys": [{"tenant": "a", "key": secret}, {"tenant": "b", "key": secret}]}},  # shared
+        {"auth": {"keys": [{"tenant": "a", "key": secret, "key_env": "X"}]}},  # both sources
+        {"auth": {"keys": [{"tenant": "a", "key": secret}], "admin_key": secret}},  # admin key = a tenant's
+        {"auth": {"admin_key": "sk-tiny"}},
+    ]
+    for data in problems:
+        with pytest.raises(ConfigError) as raised:
+            make_config(data)
+        assert "sk-tiny" not in str(raised.value) and secret not in str(raised.value), str(raised.value)
+
+
+def test_metrics_and_the_replica_list_need_the_admin_key_when_one_is_set(
+    fake: FakeServer, start_proxy: Callable[..., str]
+) -> None:
+    gateway = start_proxy({"pools": [pool("p", fake.base_url)],
+                           "auth": {"keys": [{"tenant": "acme", "key": KEYS["acme"]}], "admin_key": ADMIN_KEY}})
+    for credentials in (None, f"Bearer {KEYS['acme']}", "Bearer sk-admin-operator-8", ADMIN_KEY):
+        headers = {"Authorization": credentials} if credentials else {}
+        refused = httpx.get(gateway + "/metrics", headers=headers)
+        assert refused.status_code == 401 and "auth.admin_key" in refused.json()["error"]["message"]
+        probe = httpx.get(gateway + "/ready", headers=headers)
+        assert probe.status_code == 200 and probe.json() == {"status": "ready"}  # probes still work
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    assert "prefixgate_requests_total" in httpx.get(gateway + "/metrics", headers=admin).text
+    assert httpx.get(gateway + "/ready", headers=admin).json()["replicas"] == {fake.base_url: True}
+    assert httpx.get(gateway + "/health").status_code == 200
