@@ -41,9 +41,9 @@ def start_gateway(config: dict[str, Any], workdir: Path,
     port = free_port()
     path = workdir / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"data_dir": str(workdir), **config, "server": {"port": port}}))
-    log = open(workdir / f"{name}.log", "wb")
-    process = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)],
-                               cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)  # inherits this process's cores
+    with open(workdir / f"{name}.log", "wb") as log:  # the child keeps its own descriptor
+        process = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)],
+                                   cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)  # inherits this process's cores
     origin = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
