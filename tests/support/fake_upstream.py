@@ -184,8 +184,8 @@ class FakeUpstream:
         if not request.get("stream"):
             if delay:
                 await asyncio.sleep(delay * tokens)
+            self.stats.completed += 1  # before the answer leaves: a client that has it may count on it
             await _respond(send, 200, _completion(tokens))
-            self.stats.completed += 1
             return
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})
@@ -197,9 +197,7 @@ class FakeUpstream:
             finished = await self._stream_tokens(request, model, tokens, delay, send, gone)
         finally:
             watcher.cancel()
-        if finished:
-            self.stats.completed += 1
-        else:  # the proxy dropped the connection: what vLLM sees as an abort
+        if not finished:  # the proxy dropped the connection: what vLLM sees as an abort
             self.stats.disconnects += 1
 
     async def _stream_tokens(
@@ -218,11 +216,13 @@ class FakeUpstream:
             if index == 2 and model == "fake-die":
                 raise RuntimeError("fake upstream dies mid-stream")
             if index == 2 and model == "fake-nodone":
+                self.stats.completed += 1
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return True
         tail = _FINAL_CHUNK
         if (request.get("stream_options") or {}).get("include_usage"):
             tail += _usage_chunk(12, tokens)
+        self.stats.completed += 1  # before [DONE] leaves: a client that has it may count on it
         await send({"type": "http.response.body", "body": tail + _DONE, "more_body": False})
         return True
 
