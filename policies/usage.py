@@ -59,6 +59,8 @@ def _event_end(data: bytes) -> int:
 def hide_usage_events(data: bytes) -> tuple[bytes, bytes]:
     """(what to send, what to hold for the next piece) of a stream whose usage event the client did
     not ask for: whole events only, less any usage-only one (empty choices and a usage object)."""
+    if data.endswith(b"\n\n") and _NO_CHOICES not in data:  # the usual piece: whole content events
+        return data, b""
     end = _event_end(data)
     if end == 0:
         return (data, b"") if len(data) > HELD_EVENT_LIMIT else (b"", data)
