@@ -25,10 +25,6 @@ class KeyTable:
         self._tenants = {_digest(key): tenant for key, tenant in keys.items()}
         self._admin = _digest(admin_key) if admin_key is not None else None
 
-    @property
-    def guards_admin(self) -> bool:
-        return self._admin is not None
-
     def is_admin(self, authorization: str | None) -> bool:
         """Whether the header carries the admin key (always true when none is configured)."""
         if self._admin is None:

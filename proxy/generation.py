@@ -215,7 +215,7 @@ class GenerationRoute:
                     stored = await gateway.answers.get(answer_key)
                     if stored is not None:
                         await gateway.admission.release(admitted)  # the engine did no work
-                        await send_stored_answer(send, stored, stream=view.stream, include_usage=not hide_usage,
+                        await send_stored_answer(send, stored, stream=view.stream, include_usage=view.include_usage,
                                                  headers=headers)
                         if entry is not None:
                             entry["answer_cache"] = "hit"
