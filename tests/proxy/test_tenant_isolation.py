@@ -26,6 +26,12 @@ from tests.proxy.test_retrieval import config as retrieval_config
 corpus = test_retrieval.corpus  # the same ingested documents (a module fixture)
 ACME_ONLY = ("30 days", "Acme", "ground courier", "two-year warranty", "blender")
 ADMIN_KEY = "sk-admin-operator-7"
+AUTH = {"keys": [{"tenant": tenant, "key": key} for tenant, key in KEYS.items()]}
+
+
+def two_tenants(fake: FakeServer, **settings: object) -> dict[str, object]:
+    """acme and globex on one pool, with ``settings`` added."""
+    return {"pools": [pool("p", fake.base_url)], "auth": AUTH, **settings}
 
 
 def evidence_sent(fake: FakeServer) -> str:
@@ -81,11 +87,7 @@ def test_a_key_for_another_tenant_must_be_whole(fake: FakeServer, start_proxy: C
 def test_an_answer_stored_for_one_tenant_is_never_served_to_another(
     fake: FakeServer, start_proxy: Callable[..., str]
 ) -> None:
-    gateway = start_proxy({
-        "pools": [pool("p", fake.base_url)],
-        "auth": {"keys": [{"tenant": tenant, "key": key} for tenant, key in KEYS.items()]},
-        "tenants": {tenant: {"answer_cache": {"ttl_s": 60}} for tenant in KEYS},
-    })
+    gateway = start_proxy(two_tenants(fake, tenants={tenant: {"answer_cache": {"ttl_s": 60}} for tenant in KEYS}))
     same = {"temperature": 0}
     first = chat_as(gateway, KEYS["acme"], "What is our discount code?", **same)
     assert first.headers["x-prefixgate-answer-cache"] == "miss"
@@ -99,11 +101,7 @@ def test_an_answer_stored_for_one_tenant_is_never_served_to_another(
 def test_one_tenant_spending_its_rate_limit_leaves_anothers_whole(
     fake: FakeServer, start_proxy: Callable[..., str]
 ) -> None:
-    gateway = start_proxy({
-        "pools": [pool("p", fake.base_url)],
-        "auth": {"keys": [{"tenant": tenant, "key": key} for tenant, key in KEYS.items()]},
-        "limits": {"requests_per_minute": 2},
-    })
+    gateway = start_proxy(two_tenants(fake, limits={"requests_per_minute": 2}))
     spoof = {"X-Tenant": "globex", "OpenAI-Organization": "globex"}
     acme = [chat_as(gateway, KEYS["acme"], "hi", headers=spoof).status_code for _ in range(3)]
     globex = [chat_as(gateway, KEYS["globex"], "hi").status_code for _ in range(3)]
@@ -113,8 +111,7 @@ def test_one_tenant_spending_its_rate_limit_leaves_anothers_whole(
 def test_no_salt_a_tenant_sends_reaches_anothers_cached_prefixes(
     fake: FakeServer, start_proxy: Callable[..., str]
 ) -> None:
-    gateway = start_proxy({"pools": [pool("p", fake.base_url)],
-                           "auth": {"keys": [{"tenant": tenant, "key": key} for tenant, key in KEYS.items()]}})
+    gateway = start_proxy(two_tenants(fake))
     sent: dict[str, str] = {}
     for tenant in KEYS:
         chat_as(gateway, KEYS[tenant], "The same long preamble.")
@@ -133,13 +130,9 @@ def test_keys_appear_in_no_log_metric_or_error(
     access_log = tmp_path / "access.jsonl"
     attacker = "sk-attacker-guess-0042"
     with caplog.at_level(logging.DEBUG):
-        gateway = start_proxy({
-            "pools": [pool("p", fake.base_url)],
-            "auth": {"keys": [{"tenant": tenant, "key": key} for tenant, key in KEYS.items()],
-                     "admin_key": ADMIN_KEY},
-            "limits": {"requests_per_minute": 1},
-            "access_log": {"enabled": True, "path": str(access_log)},
-        })
+        gateway = start_proxy(two_tenants(fake, auth={**AUTH, "admin_key": ADMIN_KEY},
+                                          limits={"requests_per_minute": 1},
+                                          access_log={"enabled": True, "path": str(access_log)}))
         answers = [
             chat_as(gateway, KEYS["acme"], "hello"),
             chat_as(gateway, KEYS["acme"], "hello again"),  # 429
