@@ -1,15 +1,13 @@
 """Query and chunk embeddings: the offline MiniLM by default, any /v1/embeddings endpoint by config.
 
-Both sit behind one small protocol, ``Embedder``; ``MicroBatcher`` wraps either and turns the
-single questions of concurrent requests into one batch, because one forward pass over 32 texts
-costs a fraction of 32 passes over one.
+Both sit behind one small protocol, ``Embedder``; the retriever puts a ``proxy.micro_batch.MicroBatcher``
+in front of either, so the single questions of concurrent requests go to it as one batch.
 """
 
 from __future__ import annotations
 
 import asyncio
 from array import array
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -91,72 +89,6 @@ class RemoteEmbeddings:
 
     async def aclose(self) -> None:
         await self._session.close()
-
-
-class MicroBatcher:
-    """Coalesce the texts of concurrent callers into batches of at most ``max_batch``.
-
-    One batch is in the model at a time. While it runs, new texts wait and go together as the
-    next batch the moment it ends; with the model idle, a text goes at once (texts that arrive in
-    the same event-loop turn go together), or after ``max_wait`` seconds if that is set, and a full
-    batch goes at once. Measured (docs/benchmarks.md): batching only while busy costs a lone
-    question nothing, where a fixed 3 ms window cost it more than that.
-    """
-
-    def __init__(
-        self, embedder: Embedder, *, max_batch: int = 32, max_wait: float = 0.0,
-        on_batch: Callable[[int], None] | None = None,
-    ) -> None:
-        self.embedder = embedder
-        self.on_batch = on_batch  # told each batch's size (the gateway feeds a histogram)
-        self.max_batch = max_batch
-        self.max_wait = max_wait
-        self.batches = 0  # how many batches went to the model (tests and metrics read it)
-        self._pending: list[tuple[str, asyncio.Future[list[float]]]] = []
-        self._timer: asyncio.TimerHandle | None = None
-        self._busy = False
-        self._running: set[asyncio.Task[None]] = set()
-
-    async def embed_one(self, text: str) -> list[float]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[list[float]] = loop.create_future()
-        self._pending.append((text, future))
-        if not self._busy:
-            if len(self._pending) >= self.max_batch:
-                self._flush()
-            elif self._timer is None:
-                self._timer = loop.call_later(self.max_wait, self._flush)
-        return await future
-
-    def _flush(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._busy or not self._pending:
-            return
-        batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
-        self._busy = True
-        task = asyncio.get_running_loop().create_task(self._run(batch))
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
-
-    async def _run(self, batch: list[tuple[str, asyncio.Future[list[float]]]]) -> None:
-        self.batches += 1
-        if self.on_batch is not None:
-            self.on_batch(len(batch))
-        try:
-            vectors = await self.embedder.embed([text for text, _ in batch])
-        except Exception as exc:  # every caller of the batch gets the failure; none hangs
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-        else:
-            for (_, future), vector in zip(batch, vectors, strict=True):
-                if not future.done():
-                    future.set_result(vector)
-        finally:
-            self._busy = False
-            self._flush()  # whatever arrived meanwhile has already waited long enough
 
 
 class VectorCache:

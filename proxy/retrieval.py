@@ -14,12 +14,13 @@ from time import perf_counter
 from policies.evidence import EvidencePolicy, Passage, select_evidence
 from policies.stable_prefix import CHARS_PER_TOKEN
 from proxy.config import Config
-from proxy.embeddings import Embedder, LocalMiniLM, MicroBatcher, RemoteEmbeddings, VectorCache
+from proxy.embeddings import Embedder, LocalMiniLM, RemoteEmbeddings, VectorCache
 from proxy.metrics import Metrics
+from proxy.micro_batch import MicroBatcher
 from proxy.retrieval_cache import RetrievalCache, cache_key
 from proxy.retrieval_config import TenantRetrieval
 from proxy.shared_cache import tiered_cache
-from proxy.vector_store import VectorStore
+from proxy.vector_store import SearchQuery, VectorStore
 
 log = logging.getLogger("prefixgate")
 
@@ -57,7 +58,9 @@ class Retriever:
         self._poller: asyncio.Task[None] | None = None
         self._running: dict[str, asyncio.Future[Retrieved]] = {}  # cache key -> the retrieval under way
         on_batch = metrics.observe_embedding_batch if metrics is not None else None
-        self.batcher = MicroBatcher(embedder, max_batch=max_batch, max_wait=max_wait, on_batch=on_batch)
+        self.batcher = MicroBatcher(embedder.embed, max_batch=max_batch, max_wait=max_wait, on_batch=on_batch)
+        # The questions of one embedding batch come back together; their searches go together too.
+        self.searches = MicroBatcher(store.search_many, max_batch=max_batch)
 
     async def refresh_versions(self) -> None:
         """Learn which collections an ingest changed; cache keys hold the version, so stale entries go unread."""
@@ -141,7 +144,7 @@ class Retriever:
             async with asyncio.timeout(self.timeout):
                 vector = await self._vector(tenant, question)
                 stages["embed"] = perf_counter() - started
-                hits = await self.store.search(settings.collection, tenant, vector, settings.candidates)
+                hits = await self.searches.submit(SearchQuery(settings.collection, tenant, vector, settings.candidates))
                 stages["search"] = perf_counter() - started - stages["embed"]
         except Exception:
             log.warning("retrieval failed for tenant %s; answering without context", tenant, exc_info=True)
@@ -161,12 +164,12 @@ class Retriever:
 
     async def _vector(self, tenant: str, question: str) -> list[float]:
         if self.vectors is None:
-            return await self.batcher.embed_one(question)
+            return await self.batcher.submit(question)
         vector = self.vectors.get(tenant, question)
         if self.metrics is not None:
             self.metrics.embedding_cache("miss" if vector is None else "hit")
         if vector is None:
-            vector = await self.batcher.embed_one(question)
+            vector = await self.batcher.submit(question)
             self.vectors.put(tenant, question, vector)
         return vector
 

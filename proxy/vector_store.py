@@ -43,6 +43,23 @@ class StoredChunk:
                 "source": self.source, "start": self.start, "end": self.end}
 
 
+@dataclass(frozen=True, slots=True)
+class SearchQuery:
+    collection: str
+    tenant: str
+    vector: list[float]
+    limit: int
+
+
+def _chunks(points: Sequence[models.ScoredPoint]) -> list[Chunk]:
+    hits = []
+    for point in points:
+        payload = point.payload or {}
+        hits.append(Chunk(payload["doc_id"], int(payload["chunk_index"]), payload["text"], float(point.score),
+                          payload.get("source", ""), payload.get("start"), payload.get("end")))
+    return hits
+
+
 def _match(key: str, value: str) -> models.FieldCondition:
     return models.FieldCondition(key=key, match=models.MatchValue(value=value))
 
@@ -62,6 +79,15 @@ class _OffTheLoop:
     def __init__(self, client: QdrantClient) -> None:
         self._client = client
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefixgate-qdrant")
+
+    @property
+    def sync(self) -> QdrantClient:
+        """The synchronous client, for functions handed to ``run`` (they run in its thread)."""
+        return self._client
+
+    async def run(self, function: Callable[..., Any], *args: Any) -> Any:
+        """One trip to the client's thread for work that makes many calls."""
+        return await asyncio.get_running_loop().run_in_executor(self._thread, function, *args)
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         method = getattr(self._client, name)
@@ -146,25 +172,59 @@ class VectorStore:
         return (await self.client.count(name, count_filter=selector, exact=True)).count
 
     async def search(self, collection: str, tenant: str, vector: list[float], limit: int) -> list[Chunk]:
-        name, selector = self._where(collection, tenant)
-        if self.per_tenant_collections and not await self.client.collection_exists(name):
-            return await self._nothing_for_tenant(collection)
-        result = await self.client.query_points(name, query=vector, query_filter=selector, limit=limit,
-                                                with_payload=True)
-        hits = []
-        for point in result.points:
-            payload = point.payload or {}
-            hits.append(Chunk(payload["doc_id"], int(payload["chunk_index"]), payload["text"], float(point.score),
-                              payload.get("source", ""), payload.get("start"), payload.get("end")))
+        (hits,) = await self.search_many([SearchQuery(collection, tenant, vector, limit)])
+        if isinstance(hits, Exception):
+            raise hits
         return hits
 
-    async def _nothing_for_tenant(self, collection: str) -> list[Chunk]:
+    async def search_many(self, queries: Sequence[SearchQuery]) -> list[list[Chunk] | Exception]:
+        """Several searches at the cost of one round trip: one trip to the local client's thread,
+        or one gRPC batch call per collection on a server. A query's failure (a missing
+        collection) is returned in its place and leaves the others alone."""
+        if isinstance(self.client, _OffTheLoop):
+            return await self.client.run(self._search_local, self.client.sync, queries)
+        by_collection: dict[str, list[int]] = {}
+        for position, query in enumerate(queries):
+            by_collection.setdefault(query.collection, []).append(position)
+        results: list[list[Chunk] | Exception] = [[] for _ in queries]
+
+        async def one_collection(collection: str, positions: list[int]) -> None:
+            requests = [models.QueryRequest(query=queries[p].vector, limit=queries[p].limit, with_payload=True,
+                                            filter=self._where(collection, queries[p].tenant)[1]) for p in positions]
+            try:
+                answers = await self.client.query_batch_points(collection, requests=requests)
+            except Exception as exc:
+                for position in positions:
+                    results[position] = exc
+                return
+            for position, answer in zip(positions, answers, strict=True):
+                results[position] = _chunks(answer.points)
+
+        await asyncio.gather(*(one_collection(name, positions) for name, positions in by_collection.items()))
+        return results
+
+    def _search_local(self, client: QdrantClient, queries: Sequence[SearchQuery]) -> list[list[Chunk] | Exception]:
+        """Local mode, in the client's thread: each query against its tenant's own collection."""
+        results: list[list[Chunk] | Exception] = []
+        for query in queries:
+            name = local_collection_name(query.collection, query.tenant)
+            try:
+                points = client.query_points(name, query=query.vector, limit=query.limit, with_payload=True).points
+            except ValueError:
+                if client.collection_exists(name):
+                    raise
+                results.append(self._nothing_for_tenant(client, query.collection))
+                continue
+            results.append(_chunks(points))
+        return results
+
+    @staticmethod
+    def _nothing_for_tenant(client: QdrantClient, collection: str) -> list[Chunk] | Exception:
         """Answer as a server does: a collection that other tenants use holds nothing for this one;
         a collection that nobody uses is an error (most often a misspelt name in the config)."""
-        listed = await self.client.get_collections()
-        if any(c.name.startswith(f"{collection}--") for c in listed.collections):
+        if any(c.name.startswith(f"{collection}--") for c in client.get_collections().collections):
             return []
-        raise ValueError(f"Collection {collection} not found")
+        return ValueError(f"Collection {collection} not found")
 
     async def bump_version(self, collection: str, tenant: str) -> str:
         """Mark the tenant's chunks in ``collection`` as changed, so gateways stop reading cached retrievals."""

@@ -22,15 +22,17 @@ import time
 from pathlib import Path
 from statistics import median
 
-from policies.evidence import EvidencePolicy, select_evidence
-from proxy.embeddings import LocalMiniLM
-from proxy.retrieval import Retriever, estimated_tokens
-from proxy.retrieval_cache import RetrievalCache, cache_key
-from proxy.retrieval_config import TenantRetrieval
-from proxy.vector_store import StoredChunk, VectorStore
-from tests.bench.report import write_block
-
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from policies.evidence import EvidencePolicy, select_evidence  # noqa: E402
+from proxy.embeddings import LocalMiniLM  # noqa: E402
+from proxy.retrieval import Retriever, estimated_tokens  # noqa: E402
+from proxy.retrieval_cache import RetrievalCache, cache_key  # noqa: E402
+from proxy.retrieval_config import TenantRetrieval  # noqa: E402
+from proxy.vector_store import StoredChunk, VectorStore  # noqa: E402
+from tests.bench.report import write_block  # noqa: E402
+
 PRODUCTS = ["blender", "kettle", "toaster", "coffee grinder", "juicer", "rice cooker", "air fryer", "mixer"]
 TOPICS = {
     "warranty": "The {p} carries a {n}-year warranty that covers the motor and the heating parts.",

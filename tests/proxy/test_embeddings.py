@@ -1,4 +1,5 @@
-"""Embedders: the micro-batcher shares calls among concurrent questions; the remote one keeps order."""
+"""Embedders: the remote one keeps input order; the local one loads offline (the micro-batcher in front of
+either is tested in test_micro_batch.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from proxy.embeddings import MicroBatcher, RemoteEmbeddings
+from proxy.embeddings import RemoteEmbeddings
 from tests.conftest import FakeServer
 
 
@@ -32,46 +31,6 @@ class CountingEmbedder:
 
     async def aclose(self) -> None:
         return None
-
-
-async def test_concurrent_questions_share_calls_and_each_gets_its_own_vector() -> None:
-    embedder = CountingEmbedder()
-    sizes: list[int] = []
-    batcher = MicroBatcher(embedder, max_batch=8, max_wait=0.005, on_batch=sizes.append)
-    texts = ["x" * n for n in range(1, 21)]
-    vectors = await asyncio.gather(*(batcher.embed_one(text) for text in texts))
-    assert vectors == [[float(n)] for n in range(1, 21)]
-    assert len(embedder.calls) == 3 and max(sizes) == 8 and sum(sizes) == 20
-
-
-async def test_texts_arriving_while_a_batch_runs_go_together_next() -> None:
-    embedder = CountingEmbedder()
-    batcher = MicroBatcher(embedder, max_batch=32, max_wait=0.001)
-    first = asyncio.ensure_future(batcher.embed_one("first"))
-    late = []
-    for i in range(5):  # spaced wider than max_wait, all while the first batch is in the model (20 ms)
-        await asyncio.sleep(0.003)
-        late.append(asyncio.ensure_future(batcher.embed_one(f"late {i}")))
-    await asyncio.gather(first, *late)
-    assert embedder.calls == [["first"], [f"late {i}" for i in range(5)]]
-
-
-async def test_a_lone_question_waits_only_the_short_window() -> None:
-    embedder = CountingEmbedder()
-    batcher = MicroBatcher(embedder, max_batch=32, max_wait=0.001)
-    assert await asyncio.wait_for(batcher.embed_one("alone"), timeout=1) == [5.0]
-
-
-async def test_a_failed_batch_fails_all_its_callers_and_the_next_batch_still_runs() -> None:
-    embedder = CountingEmbedder(fail=True)
-    batcher = MicroBatcher(embedder, max_batch=4, max_wait=0.002)
-    results = await asyncio.gather(*(batcher.embed_one(str(i)) for i in range(3)), return_exceptions=True)
-    assert all(isinstance(result, RuntimeError) for result in results)
-    embedder.fail = False
-    assert await batcher.embed_one("again") == [5.0]
-    with pytest.raises(RuntimeError):
-        embedder.fail = True
-        await batcher.embed_one("boom")
 
 
 async def test_remote_embeddings_come_back_in_input_order(fake: FakeServer) -> None:

@@ -13,6 +13,7 @@ from proxy.retrieval import Retriever
 from proxy.retrieval_cache import RetrievalCache, cache_key
 from proxy.retrieval_config import TenantRetrieval
 from proxy.shared_cache import TieredCache
+from proxy.vector_store import SearchQuery
 from tests.proxy.test_embeddings import CountingEmbedder
 from tests.support.metrics_text import sample_sum
 
@@ -26,9 +27,9 @@ class StubStore:
         self.searches = 0
         self.current: dict[tuple[str, str], str] = {}
 
-    async def search(self, collection: str, tenant: str, vector: list[float], limit: int) -> list[Chunk]:
-        self.searches += 1
-        return [Chunk(f"{tenant}.md", 0, f"A fact that belongs to {tenant}.", 0.9)]
+    async def search_many(self, queries: list[SearchQuery]) -> list[list[Chunk] | Exception]:
+        self.searches += len(queries)
+        return [[Chunk(f"{q.tenant}.md", 0, f"A fact that belongs to {q.tenant}.", 0.9)] for q in queries]
 
     async def versions(self) -> dict[tuple[str, str], str]:
         return dict(self.current)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from qdrant_client import AsyncQdrantClient
 
-from proxy.vector_store import StoredChunk, VectorStore, local_collection_name
+from proxy.vector_store import SearchQuery, StoredChunk, VectorStore, local_collection_name
 
 # The server layout runs here on qdrant-client's in-memory engine, which warns that it ignores the
 # tenant index that a real server uses; the filter it applies is the same.
@@ -59,6 +59,16 @@ async def test_a_tenant_never_ingested_is_empty_and_a_missing_collection_an_erro
     assert await store.delete_document("other", "acme", "faq") == 0
     with pytest.raises(ValueError, match="Collection other not found"):
         await store.search("other", "acme", [1.0, 0.0, 0.0], 10)
+
+
+async def test_a_batch_of_searches_answers_each_query_for_its_own_tenant(store: VectorStore) -> None:
+    queries = [SearchQuery("docs", "acme", [1.0, 0.0, 0.0], 2), SearchQuery("other", "acme", [1.0, 0.0, 0.0], 2),
+               SearchQuery("docs", "globex", [0.0, 1.0, 0.0], 1), SearchQuery("docs", "initech", [1.0, 0.0, 0.0], 2)]
+    acme, missing, globex, initech = await store.search_many(queries)
+    assert isinstance(acme, list) and [hit.text for hit in acme] == ["acme faq #0", "acme faq #1"]
+    assert isinstance(missing, ValueError) and "Collection other not found" in str(missing)
+    assert isinstance(globex, list) and [hit.text for hit in globex] == ["globex terms #0"]
+    assert initech == []
 
 
 async def test_upsert_refuses_chunks_of_another_tenant(store: VectorStore) -> None:
