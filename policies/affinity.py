@@ -14,12 +14,14 @@ is the same "second choice" in every process. A replica's load is this process's
 flight plus, where its engine's /metrics were read lately, the requests other senders have there
 (policies/engine_load.py), so processes that share engines see each other's load.
 
-Each spill costs the replica it lands on a cold prefill of the prefix, so the prefix's home (the
-first healthy replica on its ring walk, the same in every process) may hold ``home_slack`` requests
-past the bound before its requests spill. At the few requests per engine of a small pool the bound
-is one request over the mean and hot prefixes spill often: on 4 CPU engines a slack of 1 raised
-the engines' hit rate from 0.82 to 0.87-0.90 of one engine's at max/mean load 1.12 (2 gave 0.91
-but 1.35; docs/benchmarks.md). At the tens of requests per engine of a GPU pool it hardly counts.
+Each spill costs the replica it lands on a cold prefill of the prefix, unless that replica served
+the prefix lately (the caller's ``warm`` mask, kept per process). So a prefix's requests go to the
+least loaded of the replicas that hold it (its home first on a tie); only a prefix with no such
+replica within the bound may take the home past it, by ``home_slack`` requests, before it spills
+cold. At the few requests per engine of
+a small pool the bound is one request over the mean and hot prefixes spill often; both rules cut
+the prefixes that ever need a second replica (docs/benchmarks.md has the numbers on 4 CPU
+engines). At the tens of requests per engine of a GPU pool the slack hardly counts.
 """
 
 from __future__ import annotations
@@ -83,21 +85,38 @@ class HashRing:
 
 
 def bounded_choice(ring: HashRing, key: int, in_flight: Sequence[int], healthy: Sequence[bool],
-                   bound: float, home_slack: int = 0) -> int | None:
-    """The first healthy replica clockwise from ``key`` whose load stays within ``bound`` x the mean.
+                   bound: float, home_slack: int = 0, warm: int = 0) -> int | None:
+    """The replica for ``key``, of those whose load stays within ``bound`` x the mean: the least
+    loaded of its home and the replicas that hold the prefix already (bit i of ``warm`` set: replica
+    i served it lately), ties going to the first on the key's walk; failing those, the home while
+    within the bound plus ``home_slack``; failing that, the first within the bound clockwise. The
+    home is the first healthy replica on the walk, the same in every process.
 
-    Loads count this request: a replica may hold ceil(bound * (in flight + 1) / healthy replicas),
-    the home replica ``home_slack`` more. None when no replica is healthy.
+    Loads count this request: a replica may hold ceil(bound * (in flight + 1) / healthy replicas).
+    A spill to a warm replica costs no prefill, a spill elsewhere a whole cold one. So a hot prompt
+    that spilled once shares its load between the two replicas that hold it, the slack is spent
+    only on prompts with nowhere warm to go, and fewer prompts ever need a second replica. With no
+    warm replica besides the home this is plain consistent hashing with bounded loads. None when no
+    replica is healthy.
     """
     live = [index for index in range(ring.size) if healthy[index]]
     if not live:
         return None
     capacity = math.ceil(bound * (sum(in_flight[index] for index in live) + 1) / len(live))
-    slack = home_slack
-    for index in ring.walk(key):
-        if healthy[index]:
-            if in_flight[index] + 1 <= capacity + slack:
-                return index
-            slack = 0
+    walk = [index for index in ring.walk(key) if healthy[index]]
+    home = walk[0]
+    best = home if in_flight[home] < capacity else None
+    if warm:
+        for index in walk[1:]:
+            if warm >> index & 1 and in_flight[index] < capacity:
+                if best is None or in_flight[index] < in_flight[best]:
+                    best = index
+    if best is not None:
+        return best
+    if in_flight[home] < capacity + home_slack:
+        return home
+    for index in walk[1:]:
+        if in_flight[index] < capacity:
+            return index
     # Not reached for bound >= 1: the least loaded live replica holds at most the mean, so fits.
     return min(live, key=in_flight.__getitem__)

@@ -153,7 +153,8 @@ class Metrics:
         )
         self._replica_choices = Counter(
             "prefixgate_replica_choices", "Requests by the replica chosen and why: home (the prompt prefix's "
-            "own replica), spilled (its home was over the load bound or ejected), least_loaded (no prefix "
+            "own replica), warm (its home was over the load bound or ejected, and this replica served the "
+            "prefix lately), spilled (likewise, to a replica that had not: a cold prefill), least_loaded (no prefix "
             "key), single (the pool's only replica); retries are prefixgate_upstream_retries.",
             ["pool", "replica", "reason"], registry=self.registry,
         )

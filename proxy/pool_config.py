@@ -106,10 +106,13 @@ class UpstreamConfig(_Frozen):
     multiple of the pool's mean; past it the request goes to the next replica on the ring (>= 1)"""
     home_slack: int = Field(1, ge=0)
     """with `prefix`: requests a prompt's home replica (the first healthy one on its ring walk, the same in every
-    prefixgate process) may hold past `load_bound` before that prompt's requests spill; other replicas get none. A
-    spill costs the replica it lands on a cold prefill of the prefix, and at a few requests per engine the bound
-    alone spills hot prefixes often (4 CPU engines: 0.82 of one engine's hit rate with 0, 0.87-0.90 with 1 at
-    max/mean load 1.12, 0.91 with 2 at 1.35). 0: the bare bound"""
+    prefixgate process) may hold past `load_bound` when no other replica within the bound holds the prompt warm
+    (see `warm_memory_s`); other replicas get none. A spill to a replica that never saw the prompt costs it a cold
+    prefill, and at a few requests per engine the bound alone spills hot prefixes often. 0: the bare bound"""
+    warm_memory_s: float = Field(300.0, ge=0)
+    """with `prefix`: for how long after a replica last served a prompt prefix this prefixgate process counts it as
+    warm, so that an over-bound home sends its overflow there rather than to a replica that would prefill the prefix
+    cold (4 CPU engines, docs/benchmarks.md); about how long an engine keeps an idle prefix's blocks. 0: off"""
     affinity_chars: int = Field(1024, ge=1)
     """with `prefix`: how many characters of the rendered prompt (tools, then each message) form the key, about 256
     tokens; prompts shorter than this are keyed on all of it, questions included"""

@@ -29,6 +29,7 @@ from proxy.pool_config import PoolConfig, Timeouts, UpstreamConfig
 from proxy.transport import Transport, UpstreamError
 from proxy.transport_aiohttp import AiohttpTransport
 from proxy.transport_httpx import HttpxTransport
+from proxy.warm_prefixes import WarmPrefixes
 
 log = logging.getLogger("prefixgate")
 
@@ -117,6 +118,7 @@ class Pool:
         self._ring = HashRing([r.base_url for r in self.replicas])
         self._load_bound = config.load_bound
         self._home_slack = config.home_slack
+        self._warm = WarmPrefixes(config.warm_memory_s) if self._affine and config.warm_memory_s > 0 else None
         self._affinity_chars = config.affinity_chars
         self.option = PoolOption(name, "any", 0)
         self.max_tokens_limit: int | None = None
@@ -157,8 +159,9 @@ class Pool:
 
     def pick(self, key: int | None = None) -> tuple[Replica, str]:
         """The replica for a request, by prefix ``key`` under the load bound, else the least loaded;
-        and why: single (the pool's one replica), home (the key's own), spilled (the home was over
-        the bound or ejected) or least_loaded (no key)."""
+        and why: single (the pool's one replica), home (the key's own), warm (the home was over the
+        bound or ejected, and this replica served the prefix lately), spilled (likewise, to a replica
+        that had not) or least_loaded (no key)."""
         replicas = self.replicas
         if len(replicas) == 1 and not replicas[0].health.tripped:
             return replicas[0], "single"
@@ -171,7 +174,13 @@ class Pool:
             )
         if key is None:
             return replicas[index], "least_loaded"
-        return replicas[index], "home" if index == self._ring.home(key) else "spilled"
+        if index == self._ring.home(key):
+            reason = "home"
+        else:
+            reason = "warm" if self._warm is not None and self._warm.mask(key) >> index & 1 else "spilled"
+        if self._warm is not None:
+            self._warm.served(key, index)
+        return replicas[index], reason
 
     def alternate(self, failed: Replica) -> Replica | None:
         """Another usable replica for a request that ``failed`` could not take, if there is one."""
@@ -187,7 +196,8 @@ class Pool:
         healthy = [r is not avoid and usable(r.health, now, r.in_flight) for r in replicas]
         if key is None:
             return least_loaded(in_flight, healthy, next(self._turn))
-        return bounded_choice(self._ring, key, in_flight, healthy, self._load_bound, self._home_slack)
+        warm = self._warm.mask(key) if self._warm is not None else 0
+        return bounded_choice(self._ring, key, in_flight, healthy, self._load_bound, self._home_slack, warm)
 
     async def fetch_models(self, timeout: float) -> list[dict[str, Any]]:
         """Model cards from every replica that answers; also refreshes the discovered set."""

@@ -28,7 +28,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -241,33 +240,33 @@ def run_affinity(engines: list[LocalEngine], workdir: Path, args: argparse.Names
     # engines see identical prompts whichever way they come.
     direct = [({**body, "cache_salt": tenant_salt(kind)}, kind, headers) for body, kind, headers in workload]
 
-    def config(home_slack: int) -> dict[str, Any]:
-        return {"pools": [{"name": "chat", "replicas": [o + "/v1" for o in origins], "models": [MODEL],
-                           "home_slack": home_slack}],
+    def config(**pool: Any) -> dict[str, Any]:
+        return {"pools": [{"name": "chat", "replicas": [o + "/v1" for o in origins], "models": [MODEL], **pool}],
                 "auth": {"keys": [{"tenant": f"tenant-{t}", "key": f"sk-bench-tenant-{t}"}
                                   for t in range(args.tenants)]}}
 
-    # prefixgate with --home-slack (default: as configured by default), and without it (the bare
-    # bounded-load ring).
-    runs: dict[str, list[dict[str, Any]]] = {}
-    gateways: list[subprocess.Popen[bytes]] = []
-    try:
-        origin_of = {}
-        for name, home_slack in (("affinity", args.home_slack), ("affinity-bare", 0)):
-            process, origin_of[name] = start_gateway(config(home_slack), workdir, name)
-            gateways.append(process)
-        cases = {"single engine": ([origins[0]], direct, origins[:1]),
-                 "round-robin": (origins, direct, origins),
-                 "prefixgate": ([origin_of["affinity"]], workload, origins),
-                 "prefixgate, home_slack 0": ([origin_of["affinity-bare"]], workload, origins)}
-        runs = {name: [] for name in cases}
-        for _ in range(args.repeats):
-            for name, (targets, requests, measured) in cases.items():
+    # prefixgate as configured by default (--home-slack aside), without its memory of warm replicas,
+    # and as the bare bounded-load ring. Each pass gets fresh gateways: the engines' caches are
+    # reset between passes, and a gateway's memory of where prefixes are warm would be stale.
+    gateways = {"prefixgate": config(home_slack=args.home_slack),
+                "prefixgate, warm memory off": config(home_slack=args.home_slack, warm_memory_s=0),
+                "prefixgate, bare ring": config(home_slack=0, warm_memory_s=0)}
+    cases = {"single engine": ([origins[0]], direct, origins[:1]),
+             "round-robin": (origins, direct, origins),
+             **{name: (None, workload, origins) for name in gateways}}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in cases}
+    for _ in range(args.repeats):
+        for name, (targets, requests, measured) in cases.items():
+            process = None
+            if targets is None:
+                process, origin = start_gateway(gateways[name], workdir, "affinity")
+                targets = [origin]
+            try:
                 runs[name].append(_affinity_case(targets, requests, measured, origins, args.workers))
-                print("affinity", name, json.dumps(runs[name][-1]), flush=True)
-    finally:
-        for process in gateways:
-            stop_gateway(process)
+            finally:
+                if process is not None:
+                    stop_gateway(process)
+            print("affinity", name, json.dumps(runs[name][-1]), flush=True)
     return {name: {**{key: statistics.median(row[key] for row in rows)
                       for key in ("hit_rate", "max_over_mean", "requests_max_over_mean", "ttft_p50_ms", "ttft_p95_ms")},
                    "errors": sum(row["errors"] for row in rows), "runs": rows}
@@ -424,7 +423,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
         hits = [[run["hit_rate"] * 100 for run in r["runs"]] for r in rows.values()]
         ranges = [[m - min(h) for m, h in zip(medians, hits, strict=True)],
                   [max(h) - m for m, h in zip(medians, hits, strict=True)]]
-        axes[0].bar(list(rows), medians, yerr=ranges, capsize=4, color=["#8c8c8c", "#d9a441", "#2b7bb9", "#9ecae1"])
+        colors = ["#8c8c8c", "#d9a441", "#2b7bb9", "#6baed6", "#c6dbef"]
+        axes[0].bar(list(rows), medians, yerr=ranges, capsize=4, color=colors[: len(rows)])
         axes[0].set_ylabel("engine prefix-cache hit rate (%)")
         axes[0].set_title("Prefix affinity")
     if "length" in results:

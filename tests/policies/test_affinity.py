@@ -106,6 +106,76 @@ def test_the_home_replica_holds_home_slack_past_the_bound_and_no_other_does() ->
     assert bounded_choice(ring, key, _with(home=0, second=4), down, 1.25, home_slack=2) == second
 
 
+def test_a_prefix_goes_to_the_least_loaded_replica_that_holds_it_before_the_home_uses_its_slack() -> None:
+    ring = HashRing(REPLICAS)
+    key = _key(*SYSTEM)
+    home, second, third, fourth = ring.walk(key)
+    full_home = _with(home=5, second=2, third=2)  # capacity 4: home past the bound, within its slack of 2
+    assert bounded_choice(ring, key, full_home, [True] * 4, 1.25, home_slack=2) == home
+    warm_third = 1 << third  # the ring's next replica, second, has room too, but would prefill cold
+    assert bounded_choice(ring, key, full_home, [True] * 4, 1.25, home_slack=2, warm=warm_third) == third
+    assert bounded_choice(ring, key, full_home, [True] * 4, 1.25, home_slack=2, warm=1 << second) == second
+    # Within the bound, the less loaded of home and a warm replica, home on a tie; a warm replica
+    # past the bound is not taken.
+    assert bounded_choice(ring, key, _with(home=1), [True] * 4, 1.25, home_slack=2, warm=warm_third) == home
+    assert bounded_choice(ring, key, _with(home=1, third=0), [True] * 4, 1.25, home_slack=2, warm=warm_third) == third
+    assert bounded_choice(ring, key, _with(home=1, second=0), [True] * 4, 1.25, home_slack=2, warm=warm_third) == home
+    hot_third = _with(home=5, second=2, third=5)
+    assert bounded_choice(ring, key, hot_third, [True] * 4, 1.25, home_slack=2, warm=warm_third) == home
+    # Of several warm replicas, the least loaded, the first on the key's walk on a tie; the home's
+    # own bit changes nothing.
+    both = 1 << home | 1 << fourth | 1 << third
+    assert bounded_choice(ring, key, full_home, [True] * 4, 1.25, home_slack=2, warm=both) == fourth  # holds 1
+    tied = _with(home=5, second=2, third=2, fourth=2)
+    assert bounded_choice(ring, key, tied, [True] * 4, 1.25, home_slack=2, warm=both) == third
+
+
+def test_remembering_warm_replicas_puts_each_prefix_on_fewer_replicas_at_no_worse_balance() -> None:
+    """A closed loop of 16 clients over 4 replicas, 48 prompts x 8 requests (the shape of the routing
+    benchmark), each request taking 60 ms plus 40 ms when its replica prefills the prompt cold."""
+    import heapq
+
+    def run(seed: int, remember: bool) -> tuple[int, float]:
+        rng = random.Random(seed)
+        ring = HashRing(REPLICAS)
+        keys = [rng.getrandbits(64) for _ in range(48)]
+        queue = [key for key in keys for _ in range(8)]
+        rng.shuffle(queue)
+        loads, warm, ends, area, last = [0] * 4, dict.fromkeys(keys, 0), [], [0.0] * 4, 0.0
+        cold = 0
+
+        def send(now: float) -> None:
+            nonlocal cold
+            if queue:
+                key = queue.pop()
+                index = bounded_choice(ring, key, loads, [True] * 4, 1.25, 1, warm[key] if remember else 0)
+                assert index is not None
+                prefill = not warm[key] >> index & 1
+                cold += prefill
+                warm[key] |= 1 << index
+                loads[index] += 1
+                heapq.heappush(ends, (now + (0.06 + 0.04 * prefill) * rng.uniform(0.7, 1.3), index))
+
+        for _ in range(16):
+            send(0.0)
+        while ends:
+            now, index = heapq.heappop(ends)
+            area = [a + load * (now - last) for a, load in zip(area, loads, strict=True)]
+            last = now
+            loads[index] -= 1
+            send(now)
+        return cold, max(area) / (sum(area) / 4)
+
+    seeds = range(12)
+    without = [run(seed, remember=False) for seed in seeds]
+    with_warm = [run(seed, remember=True) for seed in seeds]
+    first_sight = 48 * len(seeds)  # each prompt's first request is cold anywhere
+    extra_without = sum(c for c, _ in without) - first_sight
+    extra_with = sum(c for c, _ in with_warm) - first_sight
+    assert extra_with < 0.9 * extra_without, (extra_with, extra_without)
+    assert sum(b for _, b in with_warm) <= sum(b for _, b in without)
+
+
 def _with(**named: int) -> list[int]:
     """Loads for SYSTEM's ring walk (home, second, third, fourth); unnamed ones hold 1."""
     order = list(HashRing(REPLICAS).walk(_key(*SYSTEM)))
@@ -143,12 +213,13 @@ def test_unhealthy_replicas_are_skipped_and_only_their_keys_move() -> None:
     key=st.integers(0, 2**64 - 1),
     bound=st.floats(1.0, 3.0),
     slack=st.integers(0, 3),
+    warm=st.integers(0, 2**6 - 1),
 )
 def test_choice_is_healthy_and_within_capacity(loads: list[int], health: list[bool], key: int, bound: float,
-                                               slack: int) -> None:
+                                               slack: int, warm: int) -> None:
     healthy = health[: len(loads)]
     ring = HashRing([f"r{n}" for n in range(len(loads))])
-    index = bounded_choice(ring, key, loads, healthy, bound, slack)
+    index = bounded_choice(ring, key, loads, healthy, bound, slack, warm)
     live = [n for n in range(len(loads)) if healthy[n]]
     if not live:
         assert index is None
@@ -157,3 +228,5 @@ def test_choice_is_healthy_and_within_capacity(loads: list[int], health: list[bo
     home = next(n for n in ring.walk(key) if healthy[n])
     capacity = math.ceil(bound * (sum(loads[n] for n in live) + 1) / len(live))
     assert loads[index] + 1 <= capacity + (slack if index == home else 0)
+    if loads[home] + 1 <= capacity:  # the home, or a replica that holds the prefix and is less loaded
+        assert index == home or (warm >> index & 1 and loads[index] < loads[home])

@@ -79,12 +79,15 @@ def test_independent_gateway_processes_pick_the_same_replica(tmp_path: Path, rep
     assert all(len(homes) == 1 for homes in placed.values()), placed
 
 
+@pytest.mark.parametrize("warm_memory_s", [300, 0])
 def test_a_hot_prompt_spills_to_the_next_replica_past_the_load_bound(start_proxy: Callable[..., str],
-                                                                      replicas: list[FakeServer]) -> None:
+                                                                      replicas: list[FakeServer],
+                                                                      warm_memory_s: float) -> None:
     """Ten overlapping requests with one prompt: with no home_slack, its home replica takes them while
     it holds at most 1.25x the mean in flight (ceil(1.25 * 10 / 2) = 7 at the end), the other replica
     the rest. (With the default home_slack of 1 the home would keep 8 of them.)"""
-    proxy = start_proxy({"pools": [pool("p", *(r.base_url for r in replicas), home_slack=0)]})
+    proxy = start_proxy({"pools": [pool("p", *(r.base_url for r in replicas), home_slack=0,
+                                        warm_memory_s=warm_memory_s)]})
 
     def ask(turn: int) -> int:
         question = f"hot question {turn}"
@@ -97,15 +100,16 @@ def test_a_hot_prompt_spills_to_the_next_replica_past_the_load_bound(start_proxy
         served = list(pool_of_threads.map(ask, range(10)))
     counts = [served.count(0), served.count(1)]
     assert min(counts) >= 3 and max(counts) <= 7, counts
-    # /metrics says why: the home replica's requests as home, the other's as spilled.
+    # /metrics says why: the home replica's requests as home; on the other, the first spill as spilled
+    # (a cold prefill there) and the later ones as warm (it has served this prompt since), unless
+    # warm memory is off.
     text = httpx.get(proxy + "/metrics").text
-    homed = [sample_sum(text, "prefixgate_replica_choices_total", pool="p", replica=r.base_url, reason="home")
-             for r in replicas]
-    spilled = [sample_sum(text, "prefixgate_replica_choices_total", pool="p", replica=r.base_url, reason="spilled")
-               for r in replicas]
+    homed, spilled, warm = ([sample_sum(text, "prefixgate_replica_choices_total", pool="p", replica=r.base_url,
+                                        reason=reason) for r in replicas] for reason in ("home", "spilled", "warm"))
     home = 0 if homed[0] else 1
-    assert homed[1 - home] == 0 and spilled[home] == 0, (homed, spilled)
-    assert (homed[home], spilled[1 - home]) == (counts[home], counts[1 - home])
+    assert homed[1 - home] == 0 and spilled[home] == warm[home] == 0, (homed, spilled, warm)
+    cold = 1 if warm_memory_s else counts[1 - home]
+    assert (homed[home], spilled[1 - home], warm[1 - home]) == (counts[home], cold, counts[1 - home] - cold)
     assert sample_sum(text, "prefixgate_pool_choices_total", pool="p", reason="model") == 10
 
 
