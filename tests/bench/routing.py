@@ -245,26 +245,32 @@ def run_affinity(engines: list[LocalEngine], workdir: Path, args: argparse.Names
                 "auth": {"keys": [{"tenant": f"tenant-{t}", "key": f"sk-bench-tenant-{t}"}
                                   for t in range(args.tenants)]}}
 
-    # prefixgate as configured by default (--home-slack aside), without its memory of warm replicas,
-    # and as the bare bounded-load ring. Each pass gets fresh gateways: the engines' caches are
-    # reset between passes, and a gateway's memory of where prefixes are warm would be stale.
-    gateways = {"prefixgate": config(home_slack=args.home_slack),
-                "prefixgate, warm memory off": config(home_slack=args.home_slack, warm_memory_s=0),
-                "prefixgate, bare ring": config(home_slack=0, warm_memory_s=0)}
+    # prefixgate as configured by default (--home-slack aside); the same as two independent processes
+    # that share the engines, requests alternating between them (each sees the other's load only in
+    # the engines' /metrics, and keeps its own memory of warm replicas); without the memory of warm
+    # replicas; and as the bare bounded-load ring. Each pass gets fresh gateways: the engines' caches
+    # are reset between passes, and a gateway's memory of where prefixes are warm would be stale.
+    gateways = {"prefixgate": (config(home_slack=args.home_slack), 1),
+                "prefixgate, two processes": (config(home_slack=args.home_slack), 2),
+                "prefixgate, warm memory off": (config(home_slack=args.home_slack, warm_memory_s=0), 1),
+                "prefixgate, bare ring": (config(home_slack=0, warm_memory_s=0), 1)}
     cases = {"single engine": ([origins[0]], direct, origins[:1]),
              "round-robin": (origins, direct, origins),
-             **{name: (None, workload, origins) for name in gateways}}
+             **{name: ([], workload, origins) for name in gateways}}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in cases}
     for _ in range(args.repeats):
         for name, (targets, requests, measured) in cases.items():
-            process = None
-            if targets is None:
-                process, origin = start_gateway(gateways[name], workdir, "affinity")
-                targets = [origin]
+            processes = []
             try:
+                if not targets:
+                    settings, count = gateways[name]
+                    for n in range(count):
+                        process, origin = start_gateway(settings, workdir, f"affinity{n}")
+                        processes.append(process)
+                        targets = [*targets, origin]
                 runs[name].append(_affinity_case(targets, requests, measured, origins, args.workers))
             finally:
-                if process is not None:
+                for process in processes:
                     stop_gateway(process)
             print("affinity", name, json.dumps(runs[name][-1]), flush=True)
     return {name: {**{key: statistics.median(row[key] for row in rows)
@@ -416,15 +422,16 @@ def plot(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, 3, figsize=(16, 4.4))
+    figure, axes = plt.subplots(1, 3, figsize=(18, 4.8))
     if "affinity" in results:
         rows = results["affinity"]
         medians = [r["hit_rate"] * 100 for r in rows.values()]
         hits = [[run["hit_rate"] * 100 for run in r["runs"]] for r in rows.values()]
         ranges = [[m - min(h) for m, h in zip(medians, hits, strict=True)],
                   [max(h) - m for m, h in zip(medians, hits, strict=True)]]
-        colors = ["#8c8c8c", "#d9a441", "#2b7bb9", "#6baed6", "#c6dbef"]
-        axes[0].bar(list(rows), medians, yerr=ranges, capsize=4, color=colors[: len(rows)])
+        colors = ["#8c8c8c", "#d9a441", "#2b7bb9", "#2b7bb9", "#6baed6", "#c6dbef"]
+        labels = [name.replace(", ", ",\n").replace(" memory", "\nmemory") for name in rows]  # six bars
+        axes[0].bar(labels, medians, yerr=ranges, capsize=4, color=colors[: len(rows)])
         axes[0].set_ylabel("engine prefix-cache hit rate (%)")
         axes[0].set_title("Prefix affinity")
     if "length" in results:
