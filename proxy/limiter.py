@@ -10,7 +10,6 @@ limited request with a 503, for operators to whom a limit exceeded costs more th
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from policies.limits import WINDOW_SECONDS, Entry, RateLimits, SlidingWindow, Verdict
+from proxy.micro_batch import MicroBatcher
 from proxy.retrieval_config import RedisConfig
 
 log = logging.getLogger("prefixgate")
@@ -75,47 +75,22 @@ def _verdict(reply: list[Any]) -> Verdict:
                    reset_requests_ms / 1000, reset_tokens_ms / 1000, bool(too_large))
 
 
-class _Coalescer:
-    """Script calls made while a pipeline is in flight go to Redis together in the next one: a burst
-    of requests costs a few round trips on one connection instead of one round trip and one
-    connection each (Redis refuses connections past its client limit; waiting for a free one
-    stalls the burst). Redis runs the scripts one after another, each atomic, as before."""
+class _ScriptPipeline:
+    """Script calls made while a pipeline is in flight go to Redis together in the next one (a
+    ``MicroBatcher`` in front of this): a burst of requests costs a few round trips on one connection
+    instead of one round trip and one connection each (Redis refuses connections past its client
+    limit; waiting for a free one stalls the burst). Redis runs the scripts one after another, each
+    atomic, as before."""
 
-    def __init__(self, redis: Redis, script: Any, max_batch: int = 512) -> None:
+    def __init__(self, redis: Redis, script: Any) -> None:
         self.redis = redis
         self.script = script
-        self.max_batch = max_batch
-        self.pending: list[tuple[list[str], list[Any], asyncio.Future[Any]]] = []
-        self.draining = False
 
-    async def call(self, keys: list[str], args: list[Any]) -> Any:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.pending.append((keys, args, future))
-        if not self.draining:
-            self.draining = True
-            asyncio.get_running_loop().create_task(self._drain())
-        return await future
-
-    async def _drain(self) -> None:
-        try:
-            while self.pending:
-                batch, self.pending = self.pending[: self.max_batch], self.pending[self.max_batch:]
-                try:
-                    async with self.redis.pipeline(transaction=False) as pipe:
-                        for keys, args, _ in batch:
-                            await self.script(keys=keys, args=args, client=pipe)
-                        results = await pipe.execute(raise_on_error=False)
-                except Exception as error:  # every caller of the batch gets the failure; none hangs
-                    results = [error] * len(batch)
-                for (_, _, future), result in zip(batch, results, strict=True):
-                    if future.done():
-                        continue
-                    if isinstance(result, Exception):
-                        future.set_exception(result)
-                    else:
-                        future.set_result(result)
-        finally:
-            self.draining = False
+    async def __call__(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for keys, args in calls:
+                await self.script(keys=keys, args=args, client=pipe)
+            return await pipe.execute(raise_on_error=False)  # a failed script: its exception in its place
 
 
 class RedisLimiter:
@@ -125,7 +100,7 @@ class RedisLimiter:
                  prefix: str = "prefixgate:limits") -> None:
         timeout = settings.timeout_ms / 1000
         self.redis = Redis.from_url(settings.url, socket_timeout=timeout, socket_connect_timeout=timeout)
-        self.calls = _Coalescer(self.redis, self.redis.register_script(_SCRIPT))
+        self.calls = MicroBatcher(_ScriptPipeline(self.redis, self.redis.register_script(_SCRIPT)), max_batch=512)
         self.prefix = prefix
         self.retry_s = settings.retry_s
         self.refuses = settings.limits_when_down == "refuse"
@@ -157,7 +132,7 @@ class RedisLimiter:
         args = ["admit", _or_off(limits.requests_per_minute), _or_off(limits.tokens_per_minute), tokens, entry_id,
                 WINDOW_SECONDS]
         try:
-            verdict = _verdict(await self.calls.call(self._keys(tenant), args))
+            verdict = _verdict(await self.calls.submit((self._keys(tenant), args)))
         except (RedisError, OSError) as error:
             self._failed(error)
             return await self._without_redis(tenant, limits, tokens)
@@ -168,7 +143,7 @@ class RedisLimiter:
             await self.local.settle(ticket, tokens)
             return
         try:
-            await self.calls.call(self._keys(ticket.tenant), ["settle", ticket.entry_id, tokens, WINDOW_SECONDS])
+            await self.calls.submit((self._keys(ticket.tenant), ["settle", ticket.entry_id, tokens, WINDOW_SECONDS]))
         except (RedisError, OSError) as error:
             self._failed(error)
 

@@ -2,7 +2,8 @@
 
 The retriever runs two: question embeddings (one forward pass over 32 texts costs a fraction of 32
 passes over one) and vector searches (one trip to the Qdrant thread, or one gRPC call to a server,
-for all the questions of an embedding batch instead of one each).
+for all the questions of an embedding batch instead of one each). The Redis rate limiter runs one
+for its script calls (one pipeline, one round trip, for a burst of requests).
 """
 
 from __future__ import annotations
