@@ -18,10 +18,10 @@ Each spill costs the replica it lands on a cold prefill of the prefix, unless th
 the prefix lately (the caller's ``warm`` mask, kept per process). So a prefix's requests go to the
 least loaded of the replicas that hold it (its home first on a tie); only a prefix with no such
 replica within the bound may take the home past it, by ``home_slack`` requests, before it spills
-cold. At the few requests per engine of
-a small pool the bound is one request over the mean and hot prefixes spill often; both rules cut
-the prefixes that ever need a second replica (docs/benchmarks.md has the numbers on 4 CPU
-engines). At the tens of requests per engine of a GPU pool the slack hardly counts.
+cold. At the few requests per engine of a small pool the bound is one request over the mean and
+hot prefixes spill often; both rules cut the prefixes that ever need a second replica
+(docs/benchmarks.md has the numbers on 4 CPU engines). At the tens of requests per engine of a GPU
+pool the slack hardly counts.
 """
 
 from __future__ import annotations

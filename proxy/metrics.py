@@ -153,8 +153,9 @@ class Metrics:
         )
         self._replica_choices = Counter(
             "prefixgate_replica_choices", "Requests by the replica chosen and why: home (the prompt prefix's "
-            "own replica), warm (its home was over the load bound or ejected, and this replica served the "
-            "prefix lately), spilled (likewise, to a replica that had not: a cold prefill), least_loaded (no prefix "
+            "own replica), warm (another replica that served the prefix lately: less loaded than the home, or "
+            "the home was over the load bound or ejected), spilled (the home was over the bound or ejected and "
+            "this replica had not served the prefix: a cold prefill), least_loaded (no prefix "
             "key), single (the pool's only replica); retries are prefixgate_upstream_retries.",
             ["pool", "replica", "reason"], registry=self.registry,
         )

@@ -111,8 +111,9 @@ class UpstreamConfig(_Frozen):
     prefill, and at a few requests per engine the bound alone spills hot prefixes often. 0: the bare bound"""
     warm_memory_s: float = Field(300.0, ge=0)
     """with `prefix`: for how long after a replica last served a prompt prefix this prefixgate process counts it as
-    warm, so that an over-bound home sends its overflow there rather than to a replica that would prefill the prefix
-    cold (4 CPU engines, docs/benchmarks.md); about how long an engine keeps an idle prefix's blocks. 0: off"""
+    warm: a prompt's requests go to the least loaded of its home and its warm replicas within the bound, so an
+    over-bound home's overflow lands where the prefix is cached rather than on a replica that would prefill it cold
+    (4 CPU engines, docs/benchmarks.md); about how long an engine keeps an idle prefix's blocks. 0: off"""
     affinity_chars: int = Field(1024, ge=1)
     """with `prefix`: how many characters of the rendered prompt (tools, then each message) form the key, about 256
     tokens; prompts shorter than this are keyed on all of it, questions included"""

@@ -159,13 +159,15 @@ class Pool:
 
     def pick(self, key: int | None = None) -> tuple[Replica, str]:
         """The replica for a request, by prefix ``key`` under the load bound, else the least loaded;
-        and why: single (the pool's one replica), home (the key's own), warm (the home was over the
-        bound or ejected, and this replica served the prefix lately), spilled (likewise, to a replica
-        that had not) or least_loaded (no key)."""
+        and why: single (the pool's one replica), home (the key's own), warm (another replica that
+        served the prefix lately: less loaded than the home, or the home was over the bound or
+        ejected), spilled (the home was over the bound or ejected, and this replica had not served
+        the prefix) or least_loaded (no key)."""
         replicas = self.replicas
         if len(replicas) == 1 and not replicas[0].health.tripped:
             return replicas[0], "single"
-        index = self._choose(key, None)
+        warm = self._warm.mask(key) if self._warm is not None and key is not None else 0
+        index = self._choose(key, None, warm)
         if index is None:
             back = min(r.health.ejected_until for r in replicas) - time.monotonic()  # first to turn half-open
             raise OpenAIError(
@@ -174,13 +176,11 @@ class Pool:
             )
         if key is None:
             return replicas[index], "least_loaded"
-        if index == self._ring.home(key):
-            reason = "home"
-        else:
-            reason = "warm" if self._warm is not None and self._warm.mask(key) >> index & 1 else "spilled"
         if self._warm is not None:
-            self._warm.served(key, index)
-        return replicas[index], reason
+            self._warm.remember(key, warm | 1 << index)
+        if index == self._ring.home(key):
+            return replicas[index], "home"
+        return replicas[index], "warm" if warm >> index & 1 else "spilled"
 
     def alternate(self, failed: Replica) -> Replica | None:
         """Another usable replica for a request that ``failed`` could not take, if there is one."""
@@ -189,14 +189,13 @@ class Pool:
         index = self._choose(None, failed)
         return None if index is None else self.replicas[index]
 
-    def _choose(self, key: int | None, avoid: Replica | None) -> int | None:
+    def _choose(self, key: int | None, avoid: Replica | None, warm: int = 0) -> int | None:
         replicas = self.replicas
         now = time.monotonic()
         in_flight = [r.in_flight + r.others_at(now) for r in replicas]
         healthy = [r is not avoid and usable(r.health, now, r.in_flight) for r in replicas]
         if key is None:
             return least_loaded(in_flight, healthy, next(self._turn))
-        warm = self._warm.mask(key) if self._warm is not None else 0
         return bounded_choice(self._ring, key, in_flight, healthy, self._load_bound, self._home_slack, warm)
 
     async def fetch_models(self, timeout: float) -> list[dict[str, Any]]:

@@ -1,8 +1,9 @@
 """Which replicas of a pool served a prompt prefix lately: the warm mask the replica choice reads.
 
 Kept per gateway process and per pool, as a hint: a replica that served a prefix within the last
-``seconds`` most likely still holds its KV blocks, so an over-bound home's overflow goes there
-rather than to a replica that would prefill it cold. Processes keep their own; they agree on each
+``seconds`` most likely still holds its KV blocks, so the prefix's requests may go there (when it
+is less loaded than the home, or the home is over the bound) rather than to a replica that would
+prefill it cold. Processes keep their own; they agree on each
 prefix's home regardless (the ring), and a wrong hint costs only what a spill costs anyway.
 """
 
@@ -25,5 +26,6 @@ class WarmPrefixes:
         """Bit i set: replica i served ``key`` within the window (since the key's last request)."""
         return self._masks.get(key, 0)
 
-    def served(self, key: int, replica: int) -> None:
-        self._masks[key] = self._masks.get(key, 0) | 1 << replica
+    def remember(self, key: int, mask: int) -> None:
+        """Store ``key``'s mask (the one read for this request, with the chosen replica's bit added)."""
+        self._masks[key] = mask
