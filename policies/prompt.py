@@ -3,7 +3,8 @@
 System text gets one canonical form; tools and response_format schemas get sorted keys; volatile
 spans (clock readings, dates, IDs) in system messages, and in earlier turns when configured, are
 moved to one note at the end of the prompt, where a changing value costs one short tail instead
-of the whole prefill. Nothing is lost: each moved span appears in the note, in its original
+of the whole prefill. Nothing is lost unless the policy says strip (for every span, or for one
+kind, such as IDs the model has no use for): each moved span appears in the note, in its original
 order, and an inline span leaves a ``[ref N]`` marker at its place so the model can connect them.
 Pure: a request body in, a new body out; the input is never mutated.
 """
@@ -11,6 +12,7 @@ Pure: a request body in, a new body out; the input is never mutated.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -33,6 +35,9 @@ _BLANK_RUNS = re.compile(r"\n{3,}")
 @dataclass(frozen=True, slots=True)
 class PromptPolicy:
     volatile: VolatileAction = "relocate"
+    # A kind of span ("id", "uuid", "clock", a tenant pattern's name...) with an action of its own: an ID
+    # the model has no use for can be stripped while clock readings still move to the note.
+    actions: Mapping[str, VolatileAction] = field(default_factory=dict, hash=False)
     scope: Literal["system", "history"] = "system"  # history: earlier user/assistant turns too
     note: Literal["last_user", "system_message"] = "last_user"
     canonical: bool = True
@@ -93,23 +98,32 @@ class _Mover:
         for index in hits:
             line, spans = scanned[index]
             self.detected += len(spans)
-            if self.policy.volatile != "keep":
-                moved = self._move_line(line, spans)
+            acting = self._acting(spans)
+            if acting:
+                moved = self._move_line(line, acting)
                 lines[index] = moved if moved is None or not canonical else canonical_line(moved)
         return [line for line in lines if line is not None]
 
-    def _move_line(self, line: str, spans: tuple[Span, ...]) -> str | None:
-        """The line without its spans (None: the line was only the fact and goes whole)."""
-        relocate = self.policy.volatile == "relocate"
+    def _acting(self, spans: tuple[Span, ...]) -> list[tuple[Span, VolatileAction]]:
+        """The spans to take out of the line, each with its action (relocate or strip)."""
+        actions, default = self.policy.actions, self.policy.volatile
+        if not actions:
+            return [] if default == "keep" else [(span, default) for span in spans]
+        acting = [(span, actions.get(span.kind, default)) for span in spans]
+        return [pair for pair in acting if pair[1] != "keep"]
+
+    def _move_line(self, line: str, acting: list[tuple[Span, VolatileAction]]) -> str | None:
+        """The line without these spans (None: the line was only the fact and goes whole)."""
         pieces: list[str] = []
         cursor = 0
-        for span in spans:
+        for span, action in acting:
             start, end = _widen(line, span)
             if start < cursor:
                 continue
             fact = line[start:end]
             self.moved += 1
-            if cursor == 0 and len(spans) == 1 and _whole_line(line, start, end):
+            relocate = action == "relocate"
+            if cursor == 0 and len(acting) == 1 and _whole_line(line, start, end):
                 if relocate:
                     self.note_lines.append(fact)
                 return None

@@ -98,6 +98,9 @@ BUILTIN_DETECTORS: tuple[Detector, ...] = tuple(
 )
 
 
+# The kinds a span of the built-in detectors can have ("clock": a labelled clock line).
+BUILTIN_KINDS: tuple[str, ...] = ("clock", *dict.fromkeys(detector.kind for detector in BUILTIN_DETECTORS))
+
 _YEAR_GATE = re.compile(_YEAR)
 _EPOCH_GATE = re.compile(r"1\d{9}")
 

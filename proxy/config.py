@@ -15,9 +15,10 @@ import orjson
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from policies.volatile import BUILTIN_KINDS
 from proxy.frozen import Frozen as _Frozen
 from proxy.pool_config import PoolConfig, UpstreamConfig
-from proxy.prompt_config import PromptConfig
+from proxy.prompt_config import PromptConfig, unknown_action_kinds
 from proxy.retrieval_config import AnswerCacheConfig, RedisConfig, RetrievalConfig, TenantRetrieval
 from proxy.server_config import AccessLogConfig, EngineConfig, MetricsConfig, ServerConfig
 
@@ -150,6 +151,17 @@ class Config(_Frozen):
             if pool.overflow_to is not None and (pool.overflow_to not in names or pool.overflow_to == pool.name):
                 raise ValueError(f"pool '{pool.name}': overflow_to names no other pool ('{pool.overflow_to}')")
         return pools
+
+    @model_validator(mode="after")
+    def _action_kinds(self) -> Config:
+        """A kind in prompt.actions must be one a detector finds; a tenant's may name top-level patterns."""
+        for where, prompt in (("prompt", self.prompt), *(
+                (f"tenants.{name}.prompt", self.tenant_prompt(name)) for name in self.tenants)):
+            unknown = unknown_action_kinds(prompt)
+            if unknown:
+                known = ", ".join((*BUILTIN_KINDS, *(pattern.name for pattern in prompt.patterns)))
+                raise ValueError(f"{where}.actions: no span is of kind {', '.join(unknown)} (kinds: {known})")
+        return self
 
     def _tenant_section(self, tenant: str, name: Literal["prompt", "limits"]) -> Any:
         """The top-level section ``name`` with this tenant's own fields of it laid over them."""

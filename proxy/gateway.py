@@ -104,7 +104,7 @@ def tenant_policies(config: Config, extra: tuple[str, ...] = ()) -> dict[str, Te
         scanner = scanners.get(patterns)
         if scanner is None:
             scanner = scanners[patterns] = LineScanner(custom_detectors(patterns))
-        policy = PromptPolicy(volatile=prompt.volatile, scope=prompt.scope, note=prompt.note,
+        policy = PromptPolicy(volatile=prompt.volatile, actions=prompt.actions, scope=prompt.scope, note=prompt.note,
                               canonical=prompt.canonical, scanner=scanner,
                               templates=tuple(compile_template(t.name, t.text) for t in prompt.templates))
         own = config.tenants.get(tenant)

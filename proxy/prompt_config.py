@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from policies.templates import compile_template
+from policies.volatile import BUILTIN_KINDS
 from proxy.frozen import Frozen as _Frozen
 
 
@@ -45,12 +46,23 @@ class TemplateConfig(_Frozen):
         return self
 
 
+def unknown_action_kinds(prompt: PromptConfig) -> list[str]:
+    """The kinds in ``prompt.actions`` that no detector (built-in or one of its patterns) gives a span."""
+    known = {*BUILTIN_KINDS, *(pattern.name for pattern in prompt.patterns)}
+    return sorted(kind for kind in prompt.actions if kind not in known)
+
+
 class PromptConfig(_Frozen):
     """How chat prompts are made cache-friendly (see docs/configuration.md, section prompt)."""
 
     volatile: Literal["relocate", "strip", "keep"] = "relocate"
     """what to do with volatile spans (dates, clock lines, UUIDs, traceparent, labelled trace/request/session IDs,
     labelled epochs): `relocate` to the tail note, `strip` (drop), `keep` (count only)"""
+    actions: dict[str, Literal["relocate", "strip", "keep"]] = Field(default_factory=dict)
+    """an action of its own for one kind of span, over `volatile`: `{id: strip}` drops labelled trace/request IDs (no
+    use to the model, yet prefilled on every request when relocated) while dates still move to the note. Kinds:
+    `clock` (labelled clock lines), `datetime`, `epoch`, `uuid`, `traceparent`, `id` (labelled IDs), and your
+    `patterns`' names"""
     scope: Literal["system", "history"] = "system"
     """where to look: `system` (system/developer messages) or `history` (also earlier user and assistant turns; never
     the last user turn)"""

@@ -50,6 +50,32 @@ def test_strip_drops_and_keep_counts() -> None:
     assert kept.body == chat(SYSTEM)
 
 
+def test_a_kind_can_have_its_own_action() -> None:
+    ids_stripped = rewrite_chat(chat(SYSTEM), PromptPolicy(actions={"id": "strip"}))
+    system, user = ids_stripped.body["messages"]
+    assert system["content"] == "You are the ACME support agent.\n\nBe brief."
+    assert user["content"] == "Where is my order?\n\n" + NOTE_HEADER + "\nCurrent time: 2026-11-22 11:51:13 UTC"
+    assert (ids_stripped.detected, ids_stripped.moved) == (2, 2)
+
+    clock_kept = rewrite_chat(chat(SYSTEM), PromptPolicy(actions={"clock": "keep"}))
+    system, user = clock_kept.body["messages"]
+    assert system["content"] == "You are the ACME support agent.\nCurrent time: 2026-11-22 11:51:13 UTC\n\nBe brief."
+    assert user["content"].endswith(NOTE_HEADER + "\ntrace_id=4bf92f3577b34da6a3ce929d0e0e4736")
+    assert (clock_kept.detected, clock_kept.moved) == (2, 1)
+
+    only_ids_move = rewrite_chat(chat(SYSTEM), PromptPolicy(volatile="keep", actions={"id": "relocate"}))
+    assert only_ids_move.body["messages"][0]["content"].startswith(
+        "You are the ACME support agent.\nCurrent time: 2026-11-22 11:51:13 UTC\n")
+    assert only_ids_move.body["messages"][1]["content"].endswith("\ntrace_id=4bf92f3577b34da6a3ce929d0e0e4736")
+
+
+def test_inline_spans_of_a_stripped_kind_leave_no_marker() -> None:
+    system = "Prices as of [2026-11-22 11:51], in EUR. Request 0f8fad5b-d9cb-469f-a165-70867728950e."
+    result = rewrite_chat(chat(system), PromptPolicy(actions={"uuid": "strip"}))
+    assert result.body["messages"][0]["content"] == "Prices as of [ref 1], in EUR. Request ."
+    assert result.body["messages"][1]["content"].endswith(NOTE_HEADER + "\n[ref 1] = [2026-11-22 11:51]")
+
+
 def test_note_as_final_system_message_and_history_scope() -> None:
     body = {"model": "m", "messages": [
         {"role": "system", "content": "Be brief."},
@@ -138,3 +164,22 @@ def test_prompts_differing_only_in_volatile_spans_share_the_prefix(t1: str, t2: 
     first = rewrite_chat(chat(system(t1, i1)), PromptPolicy()).body["messages"][0]
     second = rewrite_chat(chat(system(t2, i2)), PromptPolicy()).body["messages"][0]
     assert first == second
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.one_of(words.map(lambda w: (w, None)), stamps.map(lambda s: (s, "datetime")),
+                       ids.map(lambda i: (i, "uuid"))), min_size=1, max_size=8),
+    st.sampled_from(["relocate", "strip", "keep"]), st.sampled_from(["relocate", "strip", "keep"]),
+)
+def test_each_kind_gets_its_own_action(parts: list[tuple[str, str | None]], dates: str, uuids: str) -> None:
+    actions = {"datetime": dates, "uuid": uuids}
+    result = rewrite_chat(chat("Header.\n" + "\n".join(text for text, _ in parts)),
+                          PromptPolicy(volatile="keep", actions=actions))  # type: ignore[arg-type]
+    system = result.body["messages"][0]["content"]
+    note = result.body["messages"][-1]["content"].partition(NOTE_HEADER)[2]
+    for text, kind in parts:
+        if kind is not None:
+            where = {"keep": (system, ""), "relocate": (note, system), "strip": ("", system + note)}[actions[kind]]
+            assert text in where[0] or not where[0], (text, actions[kind])
+            assert text not in where[1], (text, actions[kind])

@@ -66,6 +66,10 @@ pools:
          ["prompt.templates[0]", "template 't'", "plain {name} variable"]),
         ("tenants:\n  acme: {prompt: {cache_salt: public}}\n", ["tenants.acme.prompt.cache_salt", "isolate"]),
         ("prompt:\n  patterns: [{name: p, regex: '(x'}]\n", ["prompt.patterns[0].regex", "not a valid regular"]),
+        ("prompt:\n  actions: {trace: strip}\n", ["prompt.actions", "no span is of kind trace", "kinds: clock"]),
+        ("prompt:\n  actions: {id: drop}\n", ["prompt.actions.id", "'relocate', 'strip' or 'keep'"]),
+        ("tenants:\n  acme: {prompt: {actions: {ticket: strip}}}\n",
+         ["tenants.acme.prompt.actions", "no span is of kind ticket"]),
         ("redis: {url: 'localhost:6379'}\n", ["redis.url", "redis:// URL"]),
         ("redis: {url: 'redis://h:6379/0', timeout_ms: 0}\n", ["redis.timeout_ms", "greater than 0"]),
     ],
@@ -103,6 +107,13 @@ def test_tenant_prompt_fields_lay_over_the_top_level_ones() -> None:
     acme, other = config.tenant_prompt("acme"), config.tenant_prompt("beta")
     assert (acme.scope, acme.note, acme.cache_salt) == ("history", "last_user", "share")
     assert (other.scope, other.note, other.cache_salt) == ("history", "system_message", "isolate")
+
+
+def test_a_tenant_action_may_name_a_top_level_pattern() -> None:
+    config = build_config({"prompt": {"patterns": [{"name": "ticket", "regex": r"T-\d+"}]},
+                           "tenants": {"acme": {"prompt": {"actions": {"ticket": "strip", "id": "keep"}}}}}, env={})
+    assert config.tenant_prompt("acme").actions == {"ticket": "strip", "id": "keep"}
+    assert config.tenant_prompt("beta").actions == {}
 
 
 def test_dump_round_trip_keeps_keys_for_workers() -> None:

@@ -45,6 +45,21 @@ def test_policy_from_config_keep_and_custom_pattern(fake: FakeServer, start_prox
     assert fake.app.stats.last_body["messages"][0]["content"] == system
 
 
+def test_a_tenant_strips_ids_and_still_relocates_the_clock(fake: FakeServer, start_proxy: Callable[..., str]) -> None:
+    gateway = start_proxy({
+        "pools": [pool("p", fake.base_url, models=["fake-model"])],
+        "auth": {"keys": [{"tenant": "lean", "key": "key-lean-1"}, {"tenant": "plain", "key": "key-plain-1"}]},
+        "tenants": {"lean": {"prompt": {"actions": {"id": "strip"}}}},
+    })
+    answer = httpx.post(gateway + "/v1/chat/completions", json=body(), headers={"Authorization": "Bearer key-lean-1"})
+    assert answer.status_code == 200 and answer.headers["x-prefixgate-relocated"] == "2"
+    seen = fake.app.stats.last_body
+    assert seen["messages"][0]["content"] == "You are a planner.\nPlan well."
+    assert seen["messages"][1]["content"] == f"Plan my day.\n\n{NOTE_HEADER}\nCurrent time: 2026-11-22 11:51:13 UTC"
+    httpx.post(gateway + "/v1/chat/completions", json=body(), headers={"Authorization": "Bearer key-plain-1"})
+    assert fake.app.stats.last_body["messages"][1]["content"].endswith("\nrequest_id=req8ZtQ2xLm9Q")
+
+
 def test_requests_with_nothing_to_change_are_not_rewritten(fake: FakeServer, start_proxy: Callable[..., str]) -> None:
     gateway = start_proxy({"pools": [pool("p", fake.base_url, models=["fake-model"])]})
     raw = b'{"model":"fake-model","messages":[{"role":"user","content":"  hi  "}],"max_tokens":2, "seed": 1}'
