@@ -15,10 +15,9 @@ import orjson
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from policies.volatile import BUILTIN_KINDS
 from proxy.frozen import Frozen as _Frozen
 from proxy.pool_config import PoolConfig, UpstreamConfig
-from proxy.prompt_config import PromptConfig, unknown_action_kinds
+from proxy.prompt_config import PromptConfig, span_kinds
 from proxy.retrieval_config import AnswerCacheConfig, RedisConfig, RetrievalConfig, TenantRetrieval
 from proxy.server_config import AccessLogConfig, EngineConfig, MetricsConfig, ServerConfig
 
@@ -157,10 +156,11 @@ class Config(_Frozen):
         """A kind in prompt.actions must be one a detector finds; a tenant's may name top-level patterns."""
         for where, prompt in (("prompt", self.prompt), *(
                 (f"tenants.{name}.prompt", self.tenant_prompt(name)) for name in self.tenants)):
-            unknown = unknown_action_kinds(prompt)
+            known = span_kinds(prompt)
+            unknown = sorted(set(prompt.actions) - set(known))
             if unknown:
-                known = ", ".join((*BUILTIN_KINDS, *(pattern.name for pattern in prompt.patterns)))
-                raise ValueError(f"{where}.actions: no span is of kind {', '.join(unknown)} (kinds: {known})")
+                raise ValueError(
+                    f"{where}.actions: no span is of kind {', '.join(unknown)} (kinds: {', '.join(known)})")
         return self
 
     def _tenant_section(self, tenant: str, name: Literal["prompt", "limits"]) -> Any:

@@ -46,10 +46,10 @@ class TemplateConfig(_Frozen):
         return self
 
 
-def unknown_action_kinds(prompt: PromptConfig) -> list[str]:
-    """The kinds in ``prompt.actions`` that no detector (built-in or one of its patterns) gives a span."""
-    known = {*BUILTIN_KINDS, *(pattern.name for pattern in prompt.patterns)}
-    return sorted(kind for kind in prompt.actions if kind not in known)
+def span_kinds(prompt: PromptConfig) -> tuple[str, ...]:
+    """The kinds of span its detectors give (the built-in ones, then its patterns' names): what
+    ``prompt.actions`` may name."""
+    return (*BUILTIN_KINDS, *(pattern.name for pattern in prompt.patterns))
 
 
 class PromptConfig(_Frozen):
