@@ -204,16 +204,16 @@ class VectorStore:
         return results
 
     def _search_local(self, client: QdrantClient, queries: Sequence[SearchQuery]) -> list[list[Chunk] | Exception]:
-        """Local mode, in the client's thread: each query against its tenant's own collection."""
+        """Local mode, in the client's thread: each query against its tenant's own collection; a
+        query that fails (a missing collection, a vector of the wrong size) fails alone."""
         results: list[list[Chunk] | Exception] = []
         for query in queries:
             name = local_collection_name(query.collection, query.tenant)
             try:
                 points = client.query_points(name, query=query.vector, limit=query.limit, with_payload=True).points
-            except ValueError:
-                if client.collection_exists(name):
-                    raise
-                results.append(self._nothing_for_tenant(client, query.collection))
+            except Exception as exc:
+                missing = isinstance(exc, ValueError) and not client.collection_exists(name)
+                results.append(self._nothing_for_tenant(client, query.collection) if missing else exc)
                 continue
             results.append(_chunks(points))
         return results

@@ -3,8 +3,8 @@
 Kept per gateway process and per pool, as a hint: a replica that served a prefix within the last
 ``seconds`` most likely still holds its KV blocks, so the prefix's requests may go there (when it
 is less loaded than the home, or the home is over the bound) rather than to a replica that would
-prefill it cold. Processes keep their own; they agree on each
-prefix's home regardless (the ring), and a wrong hint costs only what a spill costs anyway.
+prefill it cold. Processes keep their own; they agree on each prefix's home regardless (the
+ring), and a wrong hint costs only what a spill costs anyway.
 """
 
 from __future__ import annotations

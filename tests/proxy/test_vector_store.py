@@ -71,6 +71,19 @@ async def test_a_batch_of_searches_answers_each_query_for_its_own_tenant(store: 
     assert initech == []
 
 
+async def test_in_local_mode_a_bad_query_fails_alone(tmp_path: Path) -> None:
+    store = VectorStore.open(dimensions=3, path=tmp_path / "qdrant")
+    try:
+        await store.ensure_collection("docs", "acme")
+        await store.upsert("docs", "acme", [chunk("acme", "faq", 0, [1.0, 0.0, 0.0])])
+        wrong_size, fine = await store.search_many([SearchQuery("docs", "acme", [1.0, 0.0], 2),
+                                                    SearchQuery("docs", "acme", [1.0, 0.0, 0.0], 2)])
+    finally:
+        await store.aclose()
+    assert isinstance(wrong_size, ValueError)
+    assert isinstance(fine, list) and [hit.text for hit in fine] == ["acme faq #0"]
+
+
 async def test_upsert_refuses_chunks_of_another_tenant(store: VectorStore) -> None:
     with pytest.raises(ValueError, match="globex"):
         await store.upsert("docs", "globex", [chunk("acme", "faq", 9, [1.0, 0.0, 0.0])])
