@@ -9,15 +9,19 @@ Three experiments, each against tiny-model engines started here (compute thread 
             time-averaged requests in flight (vllm:num_requests_running + waiting, sampled).
   length    two engines; an open-loop mix of 80 % short answers (<= 64 tokens) and 20 % long ones
             (512 tokens), through prefixgate with one pool of both engines vs a short and a long
-            pool of one engine each. Reported: short requests' TTFT p50/p95, output tokens per second.
+            pool of one engine each, at each rate of --length-rate (a comma list sweeps: the split
+            pays once long answers hold the engines' batch slots). Reported: short and long
+            requests' TTFT p50/p95, output tokens per second, per-pass paired p95 ratios.
   overload  one engine behind a pool with max_in_flight; capacity measured closed-loop at that
             concurrency, then open-loop arrivals at 0.3x and 3x capacity through prefixgate, and 3x
             sent directly. Reported: admitted requests' TTFT p50/p99, the share shed, how fast a
             shed request is answered.
-Writes the tables into docs/benchmarks.md (block "routing"), the numbers to docs/routing.json, plots
-to docs/routing.png (matplotlib: pip install -e '.[bench]').
+Writes the tables into docs/benchmarks.md (block --name, "routing" by default), the numbers to
+docs/NAME.json, plots to docs/NAME.png (matplotlib: pip install -e '.[bench]').
 
     python tests/bench/routing.py [--only affinity,length,overload] [--engines 3]
+    python tests/bench/routing.py --only length --max-num-seqs 2 --length-rate 4,5,6,7 \\
+        --length-seconds 60 --name routing_slots
 """
 
 from __future__ import annotations
@@ -289,7 +293,24 @@ def length_request(rng: random.Random) -> tuple[Body, str]:
     return body, "long" if long else "short"
 
 
+def _length_pass(outcomes: list[Outcome], wall: float) -> dict[str, Any]:
+    short = [o.ttft for o in outcomes if o.kind == "short" and o.status == 200 and o.ttft is not None]
+    long = [o.ttft for o in outcomes if o.kind == "long" and o.status == 200 and o.ttft is not None]
+    return {"requests": len(outcomes), "errors": sum(o.status != 200 for o in outcomes),
+            "short_ttft_p50_ms": _ms(short, 0.5), "short_ttft_p95_ms": _ms(short, 0.95),
+            "long_ttft_p50_ms": _ms(long, 0.5), "long_ttft_p95_ms": _ms(long, 0.95),
+            "output_tok_per_s": sum(o.chunks for o in outcomes) / wall}
+
+
 def run_length(engines: list[LocalEngine], workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Each arrival rate in ``args.length_rate`` (a comma list): where the split starts to pay
+    depends on how often long answers hold the engines' batch slots."""
+    return {rate: _length_at(engines, workdir, args, float(rate)) for rate in args.length_rate.split(",")}
+
+
+def _length_at(engines: list[LocalEngine], workdir: Path, args: argparse.Namespace, rate: float) -> dict[str, Any]:
+    """Both layouts ``args.repeats`` times, interleaved; a pass sends both the same arrivals (its own
+    seed), so each pass gives a paired ratio. Rows hold medians; ``ratios`` the per-pass p95 ratios."""
     a, b = (engine.origin + "/v1" for engine in engines[:2])
     layouts = {
         "one pool of two engines": [{"name": "mixed", "replicas": [a, b], "models": [MODEL],
@@ -297,23 +318,22 @@ def run_length(engines: list[LocalEngine], workdir: Path, args: argparse.Namespa
         "short pool + long pool": [{"name": "short", "replicas": [a], "models": [MODEL], "output": "short"},
                                    {"name": "long", "replicas": [b], "models": [MODEL], "output": "long"}],
     }
-    results: dict[str, Any] = {}
-    for name, pools in layouts.items():
-        gateway, origin = start_gateway({"pools": pools}, workdir, "length")
-        try:
-            outcomes, wall = uvloop.run(open_loop(origin, length_request, args.length_rate, args.length_seconds, 11))
-        finally:
-            stop_gateway(gateway)
-        short = [o.ttft for o in outcomes if o.kind == "short" and o.status == 200 and o.ttft is not None]
-        long = [o.ttft for o in outcomes if o.kind == "long" and o.status == 200 and o.ttft is not None]
-        results[name] = {
-            "requests": len(outcomes), "errors": sum(o.status != 200 for o in outcomes),
-            "short_ttft_p50_ms": _ms(short, 0.5), "short_ttft_p95_ms": _ms(short, 0.95),
-            "long_ttft_p50_ms": _ms(long, 0.5), "long_ttft_p95_ms": _ms(long, 0.95),
-            "output_tok_per_s": sum(o.chunks for o in outcomes) / wall,
-        }
-        print("length", name, json.dumps(results[name]), flush=True)
-    return results
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in layouts}
+    for number in range(args.repeats):
+        for name, pools in layouts.items():
+            gateway, origin = start_gateway({"pools": pools}, workdir, "length")
+            try:
+                outcomes, wall = uvloop.run(open_loop(origin, length_request, rate, args.length_seconds, 11 + number))
+            finally:
+                stop_gateway(gateway)
+            runs[name].append(_length_pass(outcomes, wall))
+            print("length", rate, name, json.dumps(runs[name][-1]), flush=True)
+    mixed, split = runs.values()
+    medians = {name: {key: statistics.median(row[key] for row in rows) for key in rows[0] if key != "errors"}
+               for name, rows in runs.items()}
+    return {"layouts": {name: {**medians[name], "errors": sum(row["errors"] for row in rows), "runs": rows}
+                        for name, rows in runs.items()},
+            "ratios": [m["short_ttft_p95_ms"] / s["short_ttft_p95_ms"] for m, s in zip(mixed, split, strict=True)]}
 
 
 # ---- overload -------------------------------------------------------------------------------------
@@ -388,16 +408,24 @@ def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
                   "waiting requests from its /metrics, sampled every 0.25 s and averaged over the pass; requests: "
                   "each engine's finished requests in the pass.", ""]
     if "length" in results:
-        lines += [f"**Length routing** (2 engines; Poisson arrivals at {meta['length_rate']}/s for "
-                  f"{meta['length_seconds']} s; 80 % short answers of 16-64 tokens, 20 % long of 512):", "",
-                  "| layout | short TTFT p50 (ms) | short TTFT p95 (ms) | long TTFT p50 (ms) | output tok/s | errors |",
-                  "|---|---|---|---|---|---|"]
-        for name, row in results["length"].items():
-            lines.append(f"| {name} | {row['short_ttft_p50_ms']:.0f} | {row['short_ttft_p95_ms']:.0f} | "
-                         f"{row['long_ttft_p50_ms']:.0f} | {row['output_tok_per_s']:.0f} | {row['errors']} |")
-        mixed, split = results["length"].values()
-        lines += ["", f"Short-answer TTFT p95: {mixed['short_ttft_p95_ms'] / split['short_ttft_p95_ms']:.2f}x better "
-                  f"with the split; throughput ratio {split['output_tok_per_s'] / mixed['output_tok_per_s']:.2f}.", ""]
+        lines += [f"**Length routing** (2 engines; Poisson arrivals for {meta['length_seconds']} s; 80 % short "
+                  f"answers of 16-64 tokens, 20 % long of 512; {meta['repeats']} passes, medians):", "",
+                  "| arrivals/s | layout | short TTFT p50 (ms) | short TTFT p95 (ms), median (range) | "
+                  "long TTFT p50 (ms) | long TTFT p95 (ms) | output tok/s | errors |",
+                  "|---|---|---|---|---|---|---|---|"]
+        summary = []
+        for rate, cell in results["length"].items():
+            for name, row in cell["layouts"].items():
+                p95 = [run["short_ttft_p95_ms"] for run in row["runs"]]
+                lines.append(f"| {rate} | {name} | {row['short_ttft_p50_ms']:.0f} | {row['short_ttft_p95_ms']:.0f} "
+                             f"({min(p95):.0f}-{max(p95):.0f}) | {row['long_ttft_p50_ms']:.0f} | "
+                             f"{row['long_ttft_p95_ms']:.0f} | {row['output_tok_per_s']:.0f} | {row['errors']} |")
+            ratios = cell["ratios"]
+            mixed, split = cell["layouts"].values()
+            summary.append(f"- {rate}/s: short-answer TTFT p95 **{statistics.median(ratios):.2f}x** better with the "
+                           f"split (passes' paired ratios {min(ratios):.2f}-{max(ratios):.2f}); throughput ratio "
+                           f"{split['output_tok_per_s'] / mixed['output_tok_per_s']:.2f}.")
+        lines += ["", *summary, ""]
     if "overload" in results:
         over = results["overload"]
         lines += [f"**Overload** (1 engine; capacity {over['capacity_req_per_s']:.1f} req/s measured at "
@@ -422,8 +450,11 @@ def plot(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, 3, figsize=(18, 4.8))
+    shown = [name for name in ("affinity", "length", "overload") if name in results]
+    figure, panels = plt.subplots(1, len(shown), figsize=(6 * len(shown), 4.8), squeeze=False)
+    axes = dict(zip(shown, panels[0], strict=True))
     if "affinity" in results:
+        axis = axes["affinity"]
         rows = results["affinity"]
         medians = [r["hit_rate"] * 100 for r in rows.values()]
         hits = [[run["hit_rate"] * 100 for run in r["runs"]] for r in rows.values()]
@@ -431,25 +462,32 @@ def plot(results: dict[str, Any], path: Path) -> None:
                   [max(h) - m for m, h in zip(medians, hits, strict=True)]]
         colors = ["#8c8c8c", "#d9a441", "#2b7bb9", "#2b7bb9", "#6baed6", "#c6dbef"]
         labels = [name.replace(", ", ",\n").replace(" memory", "\nmemory") for name in rows]  # six bars
-        axes[0].bar(labels, medians, yerr=ranges, capsize=4, color=colors[: len(rows)])
-        axes[0].set_ylabel("engine prefix-cache hit rate (%)")
-        axes[0].set_title("Prefix affinity")
+        axis.bar(labels, medians, yerr=ranges, capsize=4, color=colors[: len(rows)])
+        axis.set_ylabel("engine prefix-cache hit rate (%)")
+        axis.set_title("Prefix affinity")
     if "length" in results:
-        rows = results["length"]
-        x = range(len(rows))
-        axes[1].bar([i - 0.2 for i in x], [r["short_ttft_p50_ms"] for r in rows.values()], 0.4, label="p50")
-        axes[1].bar([i + 0.2 for i in x], [r["short_ttft_p95_ms"] for r in rows.values()], 0.4, label="p95")
-        axes[1].set_xticks(list(x), list(rows))
-        axes[1].set_ylabel("short-answer TTFT (ms)")
-        axes[1].set_title("Length routing")
-        axes[1].legend()
+        axis = axes["length"]
+        cells = results["length"]
+        rates = [float(rate) for rate in cells]
+        for name, color in (("one pool of two engines", "#8c8c8c"), ("short pool + long pool", "#2b7bb9")):
+            p95 = [[run["short_ttft_p95_ms"] for run in cell["layouts"][name]["runs"]] for cell in cells.values()]
+            medians = [statistics.median(values) for values in p95]
+            axis.errorbar(rates, medians, yerr=[[m - min(v) for m, v in zip(medians, p95, strict=True)],
+                                                [max(v) - m for m, v in zip(medians, p95, strict=True)]],
+                          marker="o", capsize=4, color=color, label=name)
+        axis.set_yscale("log")
+        axis.set_xlabel("arrivals per second")
+        axis.set_ylabel("short-answer TTFT p95 (ms, log)")
+        axis.set_title("Length routing")
+        axis.legend()
     if "overload" in results:
+        axis = axes["overload"]
         rows = {k: v for k, v in results["overload"].items() if isinstance(v, dict)}
-        axes[2].bar(list(rows), [r["ttft_p99_ms"] for r in rows.values()], color=["#2b7bb9", "#2b7bb9", "#8c8c8c"])
-        axes[2].set_yscale("log")
-        axes[2].set_ylabel("admitted TTFT p99 (ms, log)")
-        axes[2].set_title("Overload")
-    for axis in axes:
+        axis.bar(list(rows), [r["ttft_p99_ms"] for r in rows.values()], color=["#2b7bb9", "#2b7bb9", "#8c8c8c"])
+        axis.set_yscale("log")
+        axis.set_ylabel("admitted TTFT p99 (ms, log)")
+        axis.set_title("Overload")
+    for axis in axes.values():
         axis.tick_params(axis="x", labelsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
@@ -471,9 +509,10 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=8)
     parser.add_argument("--prompt-words", type=int, default=400)
     parser.add_argument("--workers", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=3, help="passes of each affinity case (medians reported)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="passes of each affinity and length case (medians reported)")
     parser.add_argument("--home-slack", type=int, default=1, help="the prefixgate pool's home_slack (default 1)")
-    parser.add_argument("--length-rate", type=float, default=5.0)
+    parser.add_argument("--length-rate", default="5", help="arrivals per second; a comma list sweeps")
     parser.add_argument("--length-seconds", type=float, default=30.0)
     parser.add_argument("--max-in-flight", type=int, default=8)
     parser.add_argument("--queue-size", type=int, default=0)
