@@ -177,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"prefixgate analyze: {error}", file=sys.stderr)
         return 2
-    policy = tenant_policies(config, extra=(args.tenant,))[args.tenant].prompt
+    policy = tenant_policies(config, b"salts are not analyzed", extra=(args.tenant,))[args.tenant].prompt
     encode, tokenizer = make_encoder(args.tokenizer, args.model)
     report = analyze(path, policy, encode, tokenizer, args.block_size)
     if args.json:

@@ -17,11 +17,13 @@ from proxy.errors import OpenAIError, http_exception_handler, openai_error_handl
 from proxy.gateway import Gateway
 from proxy.generation import FastPath, GenerationRoute
 from proxy.metrics import Metrics
+from proxy.retrieval import StoreOpener
 
 ENV_RESOLVED_CONFIG = "PREFIXGATE_RESOLVED_CONFIG"
 
 
-def create_app(config: Config) -> ASGIApp:
+def create_app(config: Config, *, open_store: StoreOpener | None = None) -> ASGIApp:
+    """The gateway's ASGI app; ``open_store`` replaces the configured vector store (a seam for tests)."""
     metrics = Metrics()
     generation = {
         "/v1/chat/completions": GenerationRoute("chat", "/chat/completions"),
@@ -31,7 +33,7 @@ def create_app(config: Config) -> ASGIApp:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Gateway]]:
-        gateway = await Gateway.start(config, metrics)
+        gateway = await Gateway.start(config, metrics, open_store)
         try:
             yield {"gateway": gateway}
         finally:

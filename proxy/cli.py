@@ -24,6 +24,7 @@ from proxy.config import Config, ConfigError, dump_config, load_config, with_eng
 from proxy.config_reference import add_reference_parser
 from proxy.engine import EngineError, LocalEngine, free_port, vllm_available
 from proxy.ingest import add_parser as add_ingest_parser
+from proxy.salt_secret import SecretFileError, deployment_secret
 from proxy.worker_metrics import shared_metrics_dir
 
 log = logging.getLogger("prefixgate")
@@ -92,7 +93,10 @@ def _exit_quietly(signum: int, frame: object) -> None:
 def serve(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, overrides={"host": args.host, "port": args.port, "workers": args.workers})
-    except ConfigError as error:
+        # Read (or generate) the cache-salt secret once here, so every worker process gets the same one.
+        secret = deployment_secret(config.resolved_salt_secret, config.data_dir)
+        config = config.model_copy(update={"resolved_salt_secret": secret.decode()})
+    except (ConfigError, SecretFileError) as error:
         print(f"prefixgate: {error}", file=sys.stderr)
         return 2
     # uvicorn re-raises the SIGTERM it caught once it has drained; with this handler that becomes a

@@ -26,6 +26,7 @@ ENV_UPSTREAM = "PREFIXGATE_UPSTREAM"
 ENV_PORT = "PREFIXGATE_PORT"
 ENV_HOST = "PREFIXGATE_HOST"
 ENV_DATA_DIR = "PREFIXGATE_DATA_DIR"
+ENV_CACHE_SALT_SECRET = "PREFIXGATE_CACHE_SALT_SECRET"
 
 
 class ConfigError(Exception):
@@ -62,6 +63,11 @@ class AuthConfig(_Frozen):
     Unset: open, as suits a sidecar whose port only its pod reaches"""
     admin_key_env: str | None = None
     """the environment variable that holds the admin key instead (at most one of the two)"""
+
+    cache_salt_secret: str | None = Field(None, min_length=16, repr=False)
+    """the key every vLLM `cache_salt` is derived with (see `prompt.cache_salt`); give every gateway replica in front
+    of the same engines the same one, so they send the same salts. `$PREFIXGATE_CACHE_SALT_SECRET` beats it. Unset:
+    one is generated into `data_dir` on first start and read from there after, so restarts keep the cache warm"""
 
     @model_validator(mode="after")
     def _one_admin_key(self) -> AuthConfig:
@@ -138,6 +144,7 @@ class Config(_Frozen):
     """where the tiny model, the engine log and embedded Qdrant live"""
     resolved_keys: dict[str, str] = Field(default_factory=dict, repr=False, exclude=True)
     resolved_admin_key: str | None = Field(None, repr=False, exclude=True)
+    resolved_salt_secret: str | None = Field(None, repr=False, exclude=True)  # None: the data_dir file's
 
     @field_validator("pools")
     @classmethod
@@ -293,7 +300,20 @@ def build_config(data: Mapping[str, Any], *, env: Mapping[str, str], source: str
                               "is not set")
     if admin_key is not None and admin_key in keys:
         raise ConfigError(f"{source}: auth.admin_key: a tenant's key cannot be the admin key")
-    return config.model_copy(update={"resolved_keys": keys, "resolved_admin_key": admin_key})
+    salt_secret = _resolve_salt_secret(config, source, env)
+    return config.model_copy(update={"resolved_keys": keys, "resolved_admin_key": admin_key,
+                                     "resolved_salt_secret": salt_secret})
+
+
+def _resolve_salt_secret(config: Config, source: str, env: Mapping[str, str]) -> str | None:
+    """The configured cache-salt secret, the environment's first; None: one generated into data_dir is used."""
+    secret = env.get(ENV_CACHE_SALT_SECRET)
+    if not secret:
+        return config.auth.cache_salt_secret  # its length is checked by its field
+    if len(secret) < 16:
+        raise ConfigError(f"{source}: environment variable {ENV_CACHE_SALT_SECRET}: the cache-salt secret must be "
+                          "at least 16 characters")
+    return secret
 
 
 def with_engine_pool(config: Config, base_url: str, model: str) -> Config:
@@ -307,6 +327,7 @@ def dump_config(config: Config) -> str:
     payload = config.model_dump(mode="json")
     payload["resolved_keys"] = config.resolved_keys
     payload["resolved_admin_key"] = config.resolved_admin_key
+    payload["resolved_salt_secret"] = config.resolved_salt_secret
     return orjson.dumps(payload).decode()
 
 
@@ -314,4 +335,6 @@ def config_from_dump(text: str) -> Config:
     payload = orjson.loads(text)
     keys = payload.pop("resolved_keys", {})
     admin_key = payload.pop("resolved_admin_key", None)
-    return Config.model_validate(payload).model_copy(update={"resolved_keys": keys, "resolved_admin_key": admin_key})
+    salt_secret = payload.pop("resolved_salt_secret", None)
+    return Config.model_validate(payload).model_copy(update={"resolved_keys": keys, "resolved_admin_key": admin_key,
+                                                             "resolved_salt_secret": salt_secret})

@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from policies.admission import TokenCaps
-from policies.cache_salt import CacheMode, tenant_salt
+from policies.cache_salt import SaltPolicy, salt_policy
 from policies.input_limits import InputLimits
 from policies.limits import RateLimits
 from policies.lines import LineScanner
@@ -23,8 +23,9 @@ from proxy.litellm_pool import load_litellm
 from proxy.metrics import Metrics
 from proxy.prefix_meter import PrefixMeter
 from proxy.prompt_config import PromptConfig
-from proxy.retrieval import Retriever
+from proxy.retrieval import Retriever, StoreOpener
 from proxy.retrieval_config import TenantRetrieval
+from proxy.salt_secret import deployment_secret
 from proxy.shared_cache import tiered_cache
 from proxy.token_count import TokenCounter
 from proxy.upstream import Upstreams
@@ -36,8 +37,7 @@ class TenantPolicy:
 
     name: str
     prompt: PromptPolicy
-    cache_mode: CacheMode
-    salt: str
+    salt: SaltPolicy
     admission: TenantAdmission
     retrieval: TenantRetrieval | None = None  # set when this tenant gets context from its documents
     answer_ttl: float | None = None  # set when this tenant's deterministic answers are stored for repeats
@@ -58,15 +58,16 @@ class Gateway:
     input_limits: InputLimits = field(default_factory=InputLimits)
 
     @classmethod
-    async def start(cls, config: Config, metrics: Metrics) -> Gateway:
+    async def start(cls, config: Config, metrics: Metrics, open_store: StoreOpener | None = None) -> Gateway:
         upstreams = Upstreams(config)
         metrics.attach(upstreams)
         if any(pool.kind == "litellm" for pool in config.pools):
             await asyncio.to_thread(load_litellm)  # about a second of imports, off the event loop
         await upstreams.discover()
         upstreams.start_checks()
-        retriever = await Retriever.start(config, metrics) if config.wants_retrieval else None
-        tenants = tenant_policies(config)
+        retriever = await Retriever.start(config, metrics, open_store) if config.wants_retrieval else None
+        secret = await asyncio.to_thread(deployment_secret, config.resolved_salt_secret, config.data_dir)
+        tenants = tenant_policies(config, secret)
         # Default labels: the tenants API keys name (in open mode, its one tenant), by name.
         named = sorted(set(config.resolved_keys.values())) or [OPEN_TENANT]
         labelled = config.metrics.tenants if config.metrics.tenants is not None else named
@@ -95,7 +96,7 @@ class Gateway:
             await asyncio.to_thread(self.access_log.close)
 
 
-def tenant_policies(config: Config, extra: tuple[str, ...] = ()) -> dict[str, TenantPolicy]:
+def tenant_policies(config: Config, salt_secret: bytes, extra: tuple[str, ...] = ()) -> dict[str, TenantPolicy]:
     """One policy per named tenant; tenants with the same patterns share one line cache."""
     scanners: dict[tuple[tuple[str, str], ...], LineScanner] = {}
 
@@ -110,7 +111,7 @@ def tenant_policies(config: Config, extra: tuple[str, ...] = ()) -> dict[str, Te
         own = config.tenants.get(tenant)
         retrieval = own.retrieval if own is not None and own.retrieval is not None and own.retrieval.enabled else None
         answer_ttl = own.answer_cache.ttl_s if own is not None and own.answer_cache is not None else None
-        return TenantPolicy(tenant, policy, prompt.cache_salt, tenant_salt(tenant), tenant_admission(
+        return TenantPolicy(tenant, policy, salt_policy(prompt.cache_salt, salt_secret, tenant), tenant_admission(
             config.tenant_limits(tenant)), retrieval, answer_ttl)
 
     names = {*config.resolved_keys.values(), *config.tenants, OPEN_TENANT, *extra}

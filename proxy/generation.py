@@ -19,7 +19,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from policies.admission import cap_output
 from policies.answer_cache import answer_key as answer_key_for
 from policies.answer_cache import cacheable
-from policies.cache_salt import cache_salt
 from policies.evidence import question_of, render_evidence, with_evidence
 from policies.input_limits import check_input
 from policies.prompt import rewrite_chat
@@ -196,18 +195,20 @@ class GenerationRoute:
                     stage("admission", mark)
                 if gateway.upstreams.routes_by_length or pool_named is not None:
                     headers.append((b"x-prefixgate-pool", pool.name.encode()))
+                salt = tenant.salt.upstream_salt(body.get("cache_salt"))
+                if salt is None:
+                    if "cache_salt" in body:  # mode off: the engine is not told a client's salt either
+                        body, changed = {k: v for k, v in body.items() if k != "cache_salt"}, True
+                elif changed or "cache_salt" in body:
+                    body, changed = {**body, "cache_salt": salt}, True
+                else:
+                    raw = _with_field(raw, b"cache_salt", orjson.dumps(salt))
                 if hide_usage:  # count tokens from the engine's usage, not from events (policies/usage.py)
                     if changed or "stream_options" in body:
                         options = {**(body.get("stream_options") or {}), "include_usage": True}
                         body, changed = {**body, "stream_options": options}, True
                     else:
                         raw = _with_field(raw, b"stream_options", b'{"include_usage":true}')
-                salt = cache_salt(tenant.cache_mode, tenant.salt, body.get("cache_salt"))
-                if salt is not None and salt != body.get("cache_salt"):
-                    if changed or "cache_salt" in body:
-                        body, changed = {**body, "cache_salt": salt}, True
-                    else:
-                        raw = _with_field(raw, b"cache_salt", orjson.dumps(salt))
                 if changed:
                     raw = orjson.dumps(body)
                 if tenant.answer_ttl is not None and gateway.answers is not None and cacheable(body):

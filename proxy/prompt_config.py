@@ -80,8 +80,9 @@ class PromptConfig(_Frozen):
     system message that starts with a match (whitespace runs match any whitespace; a variable matches text within
     one line; `{{`/`}}` are literal braces) is rewritten to `You are [agent], the support agent of [company].` and
     the values go to the note as `[agent] = Max`"""
-    cache_salt: Literal["isolate", "share"] = "isolate"
-    """`isolate`: each tenant gets its own vLLM `cache_salt` (a client's own salt is mixed into it), so no tenant can
-    hit or time another's cached prefixes; `share`: the client's salt, if any, passes unchanged and tenants with
-    equal prompts share cached blocks. An engine that does not know `cache_salt` (vLLM before 0.9, other
-    OpenAI-compatible servers) needs `share`, which sends none unless the client does"""
+    cache_salt: Literal["isolate", "share", "off"] = "isolate"
+    """who shares cached prefixes. `isolate`: each tenant gets its own vLLM `cache_salt`, keyed with the deployment's
+    `auth.cache_salt_secret` (a client's own salt is mixed into it), so no tenant can hit or time another's cached
+    prefixes; `share`: tenants in this mode share cached blocks with each other, per client salt, in a salt namespace
+    no isolated tenant's salt can fall in; `off`: no salt is sent and a client's is dropped, for engines that do not
+    know `cache_salt` (vLLM before 0.9, other OpenAI-compatible servers)"""

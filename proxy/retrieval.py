@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import perf_counter
 
@@ -40,6 +41,21 @@ class Retrieved:
     def server_timing(self) -> bytes:
         """The stages as a Server-Timing header value (milliseconds), for browser and curl users."""
         return ", ".join(f"{stage};dur={seconds * 1000:.1f}" for stage, seconds in self.stages.items()).encode()
+
+
+StoreOpener = Callable[[int], VectorStore]
+"""Opens the vector store for vectors of the given size; a seam for tests that run another layout."""
+
+
+def configured_store(config: Config) -> StoreOpener:
+    """The Qdrant the config names: a server by URL, else the embedded folder."""
+    settings = config.retrieval
+
+    def open_store(dimensions: int) -> VectorStore:
+        return VectorStore.open(dimensions=dimensions, path=config.qdrant_path(), url=settings.qdrant_url,
+                                timeout=settings.timeout, grpc_port=settings.qdrant_grpc_port)
+
+    return open_store
 
 
 class Retriever:
@@ -75,7 +91,9 @@ class Retriever:
             await asyncio.sleep(interval)
 
     @classmethod
-    async def start(cls, config: Config, metrics: Metrics | None = None) -> Retriever:
+    async def start(cls, config: Config, metrics: Metrics | None = None,
+                    open_store: StoreOpener | None = None) -> Retriever:
+        """``open_store``: the vector store for the embedder's dimensions (default: the configured Qdrant)."""
         settings = config.retrieval
         embedder: Embedder
         if settings.embeddings_url:
@@ -83,9 +101,7 @@ class Retriever:
                                         settings.embeddings_dimensions, settings.timeout)
         else:
             embedder = await asyncio.to_thread(LocalMiniLM)  # seconds of loading, off the event loop
-        store = VectorStore.open(dimensions=embedder.dimensions, path=config.qdrant_path(),
-                                 url=settings.qdrant_url, timeout=settings.timeout,
-                                 grpc_port=settings.qdrant_grpc_port)
+        store = (open_store or configured_store(config))(embedder.dimensions)
         cache = None
         if settings.cache:
             cache = RetrievalCache(settings.cache_ttl_s, settings.cache_empty_ttl_s,

@@ -57,12 +57,14 @@ def make_config(data: dict[str, Any], env: dict[str, str] | None = None) -> Conf
 
 
 @pytest.fixture
-def start_proxy() -> Iterator[Callable[..., str]]:
-    """Start prefixgate in-process for a config dict; returns its origin URL."""
+def start_proxy(tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """Start prefixgate in-process for a config dict (its data_dir a temporary one unless the dict names
+    one); returns its origin URL."""
     with ExitStack() as stack:
 
-        def start(data: dict[str, Any], env: dict[str, str] | None = None) -> str:
-            return stack.enter_context(serve_in_thread(create_app(make_config(data, env))))
+        def start(data: dict[str, Any], env: dict[str, str] | None = None, **seams: Any) -> str:
+            config = make_config({"data_dir": str(tmp_path / "data"), **data}, env)
+            return stack.enter_context(serve_in_thread(create_app(config, **seams)))
 
         yield start
 

@@ -46,6 +46,7 @@ from policies.prompt import PromptPolicy, rewrite_chat  # noqa: E402
 from proxy.auth import OPEN_TENANT  # noqa: E402
 from proxy.engine import LocalEngine, free_port  # noqa: E402
 from proxy.tiny_model import ensure_tiny_model  # noqa: E402
+from tests.bench.processes import BENCH_SALT_SECRET  # noqa: E402
 from tests.bench.processes import start_gateway as start_prefixgate  # noqa: E402
 from tests.bench.report import publish  # noqa: E402
 from tests.support.metrics_text import sample_sum  # noqa: E402
@@ -125,7 +126,7 @@ def workload_b(dynamic: bool, sentences: int) -> Callable[[int], Body]:
 def as_rewritten(make: Callable[[int], Body]) -> Callable[[int], Body]:
     """What prefixgate (open mode, scope history, default cache_salt isolate) sends for ``make``'s bodies."""
     policy = PromptPolicy(scope="history")
-    salt = tenant_salt(OPEN_TENANT)
+    salt = tenant_salt(BENCH_SALT_SECRET.encode(), OPEN_TENANT)
     return lambda index: {**rewrite_chat(make(index), policy).body, "cache_salt": salt}
 
 

@@ -35,6 +35,9 @@ def start_engine(model: str, workdir: Path, *, core: int | None, name: str = "en
     return engine
 
 
+BENCH_SALT_SECRET = "prefixgate-bench-salt-secret"  # every bench gateway's, so direct runs can send the same salts
+
+
 def start_gateway(config: dict[str, Any], workdir: Path,
                   name: str = "prefixgate") -> tuple[subprocess.Popen[bytes], str]:
     """``prefixgate serve`` with ``config`` (server.port and data_dir filled in); returns it and its origin."""
@@ -43,6 +46,7 @@ def start_gateway(config: dict[str, Any], workdir: Path,
     path.write_text(yaml.safe_dump({"data_dir": str(workdir), **config, "server": {"port": port}}))
     with open(workdir / f"{name}.log", "wb") as log:  # the child keeps its own descriptor
         process = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)],
+                                   env={**os.environ, "PREFIXGATE_CACHE_SALT_SECRET": BENCH_SALT_SECRET},
                                    cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)  # inherits this process's cores
     origin = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60

@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 from policies.cache_salt import tenant_salt  # noqa: E402
 from proxy.engine import LocalEngine  # noqa: E402
 from tests.bench.open_loop import percentile, schedule  # noqa: E402
-from tests.bench.processes import start_engine, start_gateway, stop_gateway  # noqa: E402
+from tests.bench.processes import BENCH_SALT_SECRET, start_engine, start_gateway, stop_gateway  # noqa: E402
 from tests.bench.report import publish  # noqa: E402
 from tests.support.metrics_text import sample_sum  # noqa: E402
 
@@ -242,7 +242,8 @@ def run_affinity(engines: list[LocalEngine], workdir: Path, args: argparse.Names
     workload = affinity_workload(args.tenants, args.apps, args.questions, args.prompt_words)
     # The gateway isolates tenants with cache_salt; the direct runs send the same salt, so the
     # engines see identical prompts whichever way they come.
-    direct = [({**body, "cache_salt": tenant_salt(kind)}, kind, headers) for body, kind, headers in workload]
+    direct = [({**body, "cache_salt": tenant_salt(BENCH_SALT_SECRET.encode(), kind)}, kind, headers)
+              for body, kind, headers in workload]
 
     def config(**pool: Any) -> dict[str, Any]:
         return {"pools": [{"name": "chat", "replicas": [o + "/v1" for o in origins], "models": [MODEL], **pool}],

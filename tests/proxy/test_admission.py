@@ -86,6 +86,52 @@ def test_three_gateway_processes_sharing_redis_admit_exactly_100(
     assert_exactly_100_admitted([a.status_code for a in answers])  # each process alone would admit 100
 
 
+def test_three_gateway_processes_sharing_redis_admit_exactly_the_token_budget(
+    fake: FakeServer, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """300 requests at once over three processes, each reserving its prompt plus max_tokens (100)
+    against one budget of 3,000 tokens a minute. The upstream holds every answer for 10 s, so nothing
+    is settled while the burst is admitted: exactly budget // reservation get in, where each process
+    alone would admit that many again."""
+    budget = 3000
+    data = config(fake, {"tokens_per_minute": budget}, redis={"url": redis_server.url})
+    body = chat(max_tokens=100, fake_tokens=4, fake_delay_ms=2500)
+
+    async def at_once(origins: list[str]) -> list[httpx.Response]:
+        limits = httpx.Limits(max_connections=300, max_keepalive_connections=300)
+        async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+            return await asyncio.gather(*(client.post(origins[i % 3] + "/v1/chat/completions", json=body,
+                                                      headers=AUTH) for i in range(300)))
+
+    before = fake.app.stats.requests
+    with gateway_processes(data, tmp_path, 3) as origins:
+        answers = asyncio.run(at_once(origins))
+    admitted = [a for a in answers if a.status_code == 200]
+    refused = [a for a in answers if a.status_code == 429]
+    assert len(admitted) + len(refused) == 300, Counter(a.status_code for a in answers)
+    reservation = budget - max(int(a.headers["x-ratelimit-remaining-tokens"]) for a in admitted)
+    assert 100 < reservation < 130  # max_tokens and the prompt's estimate
+    assert len(admitted) == budget // reservation, (len(admitted), reservation)
+    assert fake.app.stats.requests - before == len(admitted)  # the refused never reached the engine
+    assert {a.json()["error"]["type"] for a in refused} == {"tokens"}
+
+
+def test_settlement_is_shared_by_gateway_processes(
+    fake: FakeServer, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """Requests taking turns over three processes each reserve ~500 tokens of 1,000 a minute but use
+    17 (the engine's usage: 12 prompt, 5 output): every process sees what the others settled."""
+    data = config(fake, {"tokens_per_minute": 1000}, redis={"url": redis_server.url})
+    remaining = []
+    with gateway_processes(data, tmp_path, 3) as origins:
+        for index in range(6):
+            answer = httpx.post(origins[index % 3] + "/v1/chat/completions", headers=AUTH, timeout=30,
+                                json=chat(max_tokens=500, fake_tokens=5, stream=index % 2 == 1))
+            assert answer.status_code == 200, answer.text
+            remaining.append(int(answer.headers["x-ratelimit-remaining-tokens"]))
+    assert [before - after for before, after in pairwise(remaining)] == [17] * 5, remaining
+
+
 def limiter_unavailable(proxy: str, action: str) -> float:
     return sample_sum(httpx.get(proxy + "/metrics").text, "prefixgate_limiter_unavailable_total", action=action)
 

@@ -12,11 +12,12 @@ import httpx
 import orjson
 import pytest
 
-from policies.cache_salt import cache_salt, tenant_salt
+from policies.cache_salt import salt_policy
 from proxy.auth import OPEN_TENANT
 from tests.conftest import FakeServer, pool
 
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+SALT_SECRET = "relay-salt-secret-0123"
 
 
 @pytest.fixture(params=["aiohttp", "httpx"])
@@ -24,6 +25,7 @@ def gateway(request: pytest.FixtureRequest, fake: FakeServer, start_proxy: Calla
     return start_proxy({
         "server": {"http_client": request.param},
         "pools": [pool("main", fake.base_url, timeouts={"first_byte": 30, "total": 3})],
+        "auth": {"cache_salt_secret": SALT_SECRET},
     })
 
 
@@ -64,7 +66,7 @@ def test_request_body_reaches_upstream_unchanged(gateway: str, fake: FakeServer)
     body = {**CHAT, "ignore_eos": True, "cache_salt": "s1", "vendor_extra": {"a": [1, 2]}}
     assert httpx.post(gateway + "/v1/chat/completions", json=body).status_code == 200
     # All but the salt, which the default "isolate" mode mixes with the tenant's own (test_cache_salt.py).
-    salt = cache_salt("isolate", tenant_salt(OPEN_TENANT), "s1")
+    salt = salt_policy("isolate", SALT_SECRET.encode(), OPEN_TENANT).upstream_salt("s1")
     assert httpx.get(fake.url + "/_stats").json()["last_body"] == {**body, "cache_salt": salt}
 
 

@@ -47,10 +47,8 @@ PDFS = {  # tenant -> PDF name -> pages of lines
 KEYS = {"acme": "sk-acme-test-1", "globex": "sk-globex-test-1"}
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Ingest both tenants' documents into one collection under a fresh data dir; returns the dir."""
-    data_dir = tmp_path_factory.mktemp("retrieval-data")
+def write_documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each tenant's documents in a folder of its own: tenant -> folder."""
     roots = {}
     for tenant, files in DOCS.items():
         root = tmp_path_factory.mktemp(f"docs-{tenant}")
@@ -59,10 +57,15 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for name, pages in PDFS.get(tenant, {}).items():
             (root / name).write_bytes(text_pdf(pages))
         roots[tenant] = root
+    return roots
+
+
+def load_corpus(roots: dict[str, Path], open_store: Callable[[int], VectorStore]) -> None:
+    """Ingest both tenants' documents into collection "docs" of the store ``open_store`` opens."""
 
     async def load() -> None:
         embedder = LocalMiniLM()
-        store = VectorStore.open(dimensions=embedder.dimensions, path=data_dir / "qdrant")
+        store = open_store(embedder.dimensions)
         try:
             for tenant, root in roots.items():
                 await ingest([str(root)], tenant=tenant, collection="docs", embedder=embedder, store=store,
@@ -76,6 +79,14 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
             await embedder.aclose()
 
     asyncio.run(load())
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Ingest both tenants' documents into one collection under a fresh data dir; returns the dir."""
+    data_dir = tmp_path_factory.mktemp("retrieval-data")
+    load_corpus(write_documents(tmp_path_factory),
+                lambda dimensions: VectorStore.open(dimensions=dimensions, path=data_dir / "qdrant"))
     return data_dir
 
 

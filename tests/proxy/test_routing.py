@@ -141,14 +141,30 @@ def test_a_dead_replica_is_ejected_after_consecutive_failures(start_proxy: Calla
 
 
 def test_active_checks_eject_a_dead_replica_before_any_request_fails(start_proxy: Callable[..., str]) -> None:
+    """Only the active checks can save these requests: no retry, and passive ejection far away."""
     live, dying = FakeUpstream(), FakeUpstream()
     with serve_in_thread(live) as live_url:
         with serve_in_thread(dying) as dying_url:
             proxy = start_proxy({"pools": [pool("p", live_url + "/v1", dying_url + "/v1", balance="least_loaded",
-                                                health={"interval": 0.1, "backoff": 5.0})]})
-            assert _chat(proxy, "warm").status_code == 200
-        time.sleep(0.5)  # a few check rounds
+                                                retries=0, engine_metrics={"interval": 0},
+                                                health={"interval": 0.1, "backoff": 5.0, "eject_after": 100})]})
+            assert [_chat(proxy, f"warm {n}").status_code for n in range(2)] == [200, 200]
+            assert dying.stats.completed == 1  # least_loaded with nothing in flight: the two take turns
+        healthy = f'prefixgate_replica_healthy{{pool="p",replica="{dying_url}/v1"}}'
+        _wait_for_metric(proxy, healthy, 0.0)  # the checks notice the replica is gone
         assert [_chat(proxy, f"after {n}").status_code for n in range(10)] == [200] * 10
+        assert live.stats.completed == 11
+
+
+def _wait_for_metric(proxy: str, sample: str, value: float, timeout: float = 10) -> None:
+    """Poll /metrics until the exact sample line reads ``value`` (fails after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = httpx.get(proxy + "/metrics").text.splitlines()
+        if any(line.startswith(sample + " ") and float(line.split()[-1]) == value for line in lines):
+            return
+        assert time.monotonic() < deadline, [line for line in lines if "replica_healthy" in line]
+        time.sleep(0.05)
 
 
 def test_no_usable_replica_answers_503_at_once_with_retry_after(start_proxy: Callable[..., str]) -> None:

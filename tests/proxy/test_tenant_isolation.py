@@ -14,10 +14,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from qdrant_client import AsyncQdrantClient
 
-from policies.cache_salt import cache_salt, tenant_salt
+from policies.cache_salt import salt_policy, tenant_salt
 from policies.evidence import FOOTER, HEADER
 from proxy.config import ConfigError
+from proxy.retrieval import StoreOpener
+from proxy.vector_store import VectorStore
 from tests.conftest import FakeServer, make_config, pool
 from tests.proxy import test_retrieval
 from tests.proxy.test_retrieval import KEYS
@@ -63,12 +66,39 @@ ATTEMPTS = [
 ]
 
 
+def shared_collection(path: Path) -> StoreOpener:
+    """The layout prefixgate uses on a Qdrant server: one collection for every tenant, each point carrying
+    its tenant, every search, count and delete filtered on it (here over qdrant-client's local engine)."""
+    return lambda dimensions: VectorStore(AsyncQdrantClient(path=str(path)), dimensions, per_tenant_collections=False)
+
+
+@pytest.fixture(scope="module")
+def shared_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("shared-collection") / "qdrant"
+    test_retrieval.load_corpus(test_retrieval.write_documents(tmp_path_factory), shared_collection(path))
+    return path
+
+
+@pytest.fixture(params=["collection per tenant", "one collection, tenant filter"])
+def retrieval_gateway(request: pytest.FixtureRequest, fake: FakeServer, start_proxy: Callable[..., str],
+                      corpus: Path) -> str:
+    """A gateway whose tenants retrieve from the same ingested corpus, in each layout the store has."""
+    if request.param == "collection per tenant":
+        return start_proxy(retrieval_config(fake, corpus))
+    path = request.getfixturevalue("shared_corpus")
+    return start_proxy(retrieval_config(fake, corpus), open_store=shared_collection(path))
+
+
+# qdrant-client's local engine says payload indexes do nothing in it; the filters still apply
+LOCAL_INDEX_NOTICE = "ignore:Payload indexes have no effect:UserWarning"
+
+
+@pytest.mark.filterwarnings(LOCAL_INDEX_NOTICE)
 @pytest.mark.parametrize(("question", "headers", "fields"), ATTEMPTS)
 def test_no_query_header_or_field_reaches_another_tenants_passages(
-    fake: FakeServer, start_proxy: Callable[..., str], corpus: Path,
-    question: str, headers: dict[str, str], fields: dict[str, object],
+    fake: FakeServer, retrieval_gateway: str, question: str, headers: dict[str, str], fields: dict[str, object],
 ) -> None:
-    gateway = start_proxy(retrieval_config(fake, corpus))
+    gateway = retrieval_gateway
     assert chat_as(gateway, KEYS["acme"], question).status_code == 200  # acme's passages are in the caches now
     answer = chat_as(gateway, KEYS["globex"], question, headers=headers, **fields)
     assert answer.status_code == 200
@@ -76,9 +106,9 @@ def test_no_query_header_or_field_reaches_another_tenants_passages(
     assert evidence and not any(word in evidence for word in ACME_ONLY), evidence
 
 
-def test_a_key_for_another_tenant_must_be_whole(fake: FakeServer, start_proxy: Callable[..., str],
-                                                corpus: Path) -> None:
-    gateway = start_proxy(retrieval_config(fake, corpus))
+@pytest.mark.filterwarnings(LOCAL_INDEX_NOTICE)
+def test_a_key_for_another_tenant_must_be_whole(retrieval_gateway: str) -> None:
+    gateway = retrieval_gateway
     near_misses = [KEYS["acme"][:-1], KEYS["acme"] + "x", KEYS["acme"].upper(), f"{KEYS['globex']},{KEYS['acme']}"]
     for key in near_misses:
         assert chat_as(gateway, key, "How long do I have to return an item?").status_code == 401
@@ -111,17 +141,19 @@ def test_one_tenant_spending_its_rate_limit_leaves_anothers_whole(
 def test_no_salt_a_tenant_sends_reaches_anothers_cached_prefixes(
     fake: FakeServer, start_proxy: Callable[..., str]
 ) -> None:
-    gateway = start_proxy(two_tenants(fake))
+    secret = "isolation-salt-secret-77"
+    gateway = start_proxy(two_tenants(fake, auth={**AUTH, "cache_salt_secret": secret}))
     sent: dict[str, str] = {}
     for tenant in KEYS:
         chat_as(gateway, KEYS[tenant], "The same long preamble.")
         sent[tenant] = fake.app.stats.last_body["cache_salt"]
-    assert sent["acme"] == tenant_salt("acme") != sent["globex"]
+    assert sent["acme"] == tenant_salt(secret.encode(), "acme") != sent["globex"]
     # globex sends every salt it could know or guess for acme: each is mixed with globex's own
-    for guess in (sent["acme"], tenant_salt("acme"), "acme", "globex"):
+    globex = salt_policy("isolate", secret.encode(), "globex")
+    for guess in (sent["acme"], tenant_salt(b"", "acme"), "acme", "globex"):
         assert chat_as(gateway, KEYS["globex"], "The same long preamble.", cache_salt=guess).status_code == 200
         salt = fake.app.stats.last_body["cache_salt"]
-        assert salt == cache_salt("isolate", tenant_salt("globex"), guess) and salt != sent["acme"]
+        assert salt == globex.upstream_salt(guess) and salt != sent["acme"]
 
 
 def test_keys_appear_in_no_log_metric_or_error(
