@@ -15,6 +15,7 @@ import orjson
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from proxy.auth import OPEN_TENANT
 from proxy.frozen import Frozen as _Frozen
 from proxy.pool_config import PoolConfig, UpstreamConfig
 from proxy.prompt_config import PromptConfig, span_kinds
@@ -193,6 +194,13 @@ class Config(_Frozen):
 
     def qdrant_path(self) -> Path:
         return Path(self.retrieval.qdrant_path or Path(self.data_dir) / "qdrant")
+
+    @property
+    def unreachable_tenants(self) -> list[str]:
+        """Tenants with settings that no request can ever be: no API key names them (in open mode every
+        request is tenant `default`)."""
+        reachable = set(self.resolved_keys.values()) or {OPEN_TENANT}
+        return sorted(set(self.tenants) - reachable)
 
     @property
     def wants_retrieval(self) -> bool:

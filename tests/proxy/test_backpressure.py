@@ -10,7 +10,7 @@ from collections.abc import Callable
 import httpx
 
 from tests.conftest import FakeServer, pool
-from tests.support.metrics_text import sample_sum
+from tests.support.metrics_text import sample_sum, wait_for_sample
 
 KEYS = {"greedy": "sk-greedy-tenant-1", "modest": "sk-modest-tenant-1"}
 
@@ -41,7 +41,9 @@ def test_a_greedy_tenant_cannot_keep_another_out_of_the_queue(
     async def scenario() -> tuple[list[httpx.Response], list[httpx.Response]]:
         async with httpx.AsyncClient(timeout=60) as client:
             greedy = [asyncio.create_task(ask(client, proxy, "greedy", slow_chat())) for _ in range(8)]
-            await asyncio.sleep(0.3)  # the greedy burst is placed
+            # the greedy burst is placed: four wait, three are shed
+            await wait_for_sample(client, proxy, "prefixgate_pool_queued", 4, pool="p")
+            await wait_for_sample(client, proxy, "prefixgate_shed_total", 3, pool="p", reason="queue_full")
             modest = [asyncio.create_task(ask(client, proxy, "modest", slow_chat())) for _ in range(2)]
             return await asyncio.gather(*greedy), await asyncio.gather(*modest)
 
@@ -63,7 +65,7 @@ def test_a_wait_past_the_queue_timeout_is_answered_503(fake: FakeServer, start_p
     async def scenario() -> list[httpx.Response]:
         async with httpx.AsyncClient(timeout=60) as client:
             first = asyncio.create_task(ask(client, proxy, "greedy", slow_chat(tokens=10, delay_ms=100)))
-            await asyncio.sleep(0.2)
+            await wait_for_sample(client, proxy, "prefixgate_replica_in_flight", 1, pool="p")  # the slot is taken
             return [await ask(client, proxy, "modest", slow_chat(tokens=1, delay_ms=1)), await first]
 
     waited, first = asyncio.run(scenario())
@@ -102,12 +104,11 @@ def test_a_client_that_leaves_the_queue_frees_its_place(fake: FakeServer, start_
         completed = fake.app.stats.completed
         async with httpx.AsyncClient(timeout=60) as client:
             running = asyncio.create_task(ask(client, proxy, "greedy", slow_chat(tokens=6, delay_ms=100)))
-            await asyncio.sleep(0.15)
+            await wait_for_sample(client, proxy, "prefixgate_replica_in_flight", 1, pool="p")
             leaving = asyncio.create_task(ask(client, proxy, "greedy", slow_chat()))
-            await asyncio.sleep(0.15)
-            load = (await client.get(proxy + "/metrics")).text
+            load = await wait_for_sample(client, proxy, "prefixgate_pool_queued", 1, pool="p")
             leaving.cancel()  # the client closes its connection while queued
-            await asyncio.sleep(0.1)
+            await wait_for_sample(client, proxy, "prefixgate_pool_queued", 0, pool="p")  # its place is free
             after = await ask(client, proxy, "greedy", slow_chat(tokens=1, delay_ms=1))
             assert (await running).status_code == 200
             return after.status_code, load, fake.app.stats.completed - completed

@@ -121,3 +121,13 @@ def test_dump_round_trip_keeps_keys_for_workers() -> None:
     config = config.model_copy(update={"resolved_keys": {"sk-123456789": "t"}})
     again = config_from_dump(dump_config(config))
     assert again == config and again.resolved_keys == {"sk-123456789": "t"}
+
+
+def test_tenants_no_key_can_name_are_reported() -> None:
+    """The README's retrieval example in open mode: settings for acme that no request would ever get."""
+    retrieval = {"retrieval": {"collection": "docs"}}
+    open_mode = build_config({"tenants": {"acme": retrieval, "default": retrieval}}, env={})
+    assert open_mode.unreachable_tenants == ["acme"]
+    keyed = build_config({"auth": {"keys": [{"tenant": "acme", "key": "sk-acme-key-1"}]},
+                          "tenants": {"acme": retrieval, "globex": retrieval, "default": retrieval}}, env={})
+    assert keyed.unreachable_tenants == ["default", "globex"]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -13,3 +16,16 @@ def sample_sum(text: str, name: str, **labels: str) -> float:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 total += sample.value
     return total
+
+
+async def wait_for_sample(client: httpx.AsyncClient, origin: str, name: str, value: float, *,
+                          timeout: float = 10, **labels: str) -> str:
+    """Poll ``origin``'s /metrics until ``name`` (summed over samples with ``labels``) reads ``value``:
+    waiting for a state instead of sleeping for a guess at how long it takes. Returns that page."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        text = (await client.get(origin + "/metrics")).text
+        if sample_sum(text, name, **labels) == value:
+            return text
+        assert asyncio.get_running_loop().time() < deadline, (name, labels, sample_sum(text, name, **labels))
+        await asyncio.sleep(0.01)
