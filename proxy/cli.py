@@ -72,6 +72,10 @@ def _serve(config: Config) -> None:
     }
     if config.auth.keys == [] and server.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("open mode (no API keys) while listening on %s: anyone who can reach it can use it", server.host)
+    if config.unreachable_tenants:
+        log.warning("tenants %s: no API key names them, so no request will get their settings (retrieval, limits, "
+                    "prompt); give each a key in auth.keys%s", ", ".join(config.unreachable_tenants),
+                    " (without keys every request is tenant 'default')" if not config.auth.keys else "")
     # Everything imported so far lives for the whole process: keep it out of every GC pass, and collect
     # young objects less often, so the collector does not stall relays mid-stream.
     gc.collect()

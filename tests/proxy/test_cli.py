@@ -49,3 +49,20 @@ def test_serve_from_environment_only(fake: FakeServer) -> None:
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=15)
     assert process.returncode == 0, output
+
+
+def test_serve_warns_about_tenants_no_request_can_be(fake: FakeServer, tmp_path: Path) -> None:
+    """Retrieval set up for acme in open mode would never be used: the operator hears it at start."""
+    path = tmp_path / "open.yaml"
+    path.write_text(f"pools: [{{name: p, replicas: ['{fake.base_url}']}}]\n"
+                    f"data_dir: {tmp_path}\nserver: {{port: {free_port()}}}\n"
+                    "tenants: {acme: {limits: {requests_per_minute: 5}}}\n")
+    process = _run(["serve", "--config", str(path)], {})
+    try:
+        assert process.stdout is not None
+        lines = iter(process.stdout.readline, "")
+        warning = next(line for line in lines if "tenants acme" in line or "listening on" in line)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=15)
+    assert "no API key names them" in warning and "tenant 'default'" in warning, warning
