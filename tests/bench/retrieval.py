@@ -19,6 +19,7 @@ import random
 import sys
 import tempfile
 import time
+from datetime import date
 from pathlib import Path
 from statistics import median
 
@@ -31,6 +32,7 @@ from proxy.retrieval import Retriever, estimated_tokens  # noqa: E402
 from proxy.retrieval_cache import RetrievalCache, cache_key  # noqa: E402
 from proxy.retrieval_config import TenantRetrieval  # noqa: E402
 from proxy.vector_store import StoredChunk, VectorStore  # noqa: E402
+from tests.bench import machine  # noqa: E402
 from tests.bench.report import write_block  # noqa: E402
 
 PRODUCTS = ["blender", "kettle", "toaster", "coffee grinder", "juicer", "rice cooker", "air fryer", "mixer"]
@@ -183,7 +185,10 @@ def main() -> None:
     args = parser.parse_args()
     lines = asyncio.run(main_async(args))
     command = "python tests/bench/retrieval.py " + " ".join(sys.argv[1:])
-    block = "\n".join([f"Command: `{command.strip()}` (one run; MiniLM on the CPU, Qdrant local mode)", "", *lines])
+    packages = ("sentence-transformers", "torch", "qdrant-client")
+    versions = ", ".join(v for v in (machine.version(name) for name in packages) if v)
+    block = "\n".join([f"Command: `{command.strip()}` (one run; MiniLM on the CPU, Qdrant local mode); run of "
+                       f"{date.today().isoformat()} on {machine.machine()}; {versions}", "", *lines])
     write_block(Path(args.out), "retrieval", block)
     print(f"wrote {args.out}")
 

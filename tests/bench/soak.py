@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from proxy.engine import free_port  # noqa: E402
+from tests.bench import machine  # noqa: E402
 from tests.bench.processes import start_gateway, stop_gateway  # noqa: E402
 from tests.bench.report import publish  # noqa: E402
 
@@ -240,10 +241,10 @@ def plot(results: dict[str, Any], path: Path) -> None:
     figure.savefig(path, dpi=110)
 
 
-def table(report: Report, minutes: float) -> str:
+def table(report: Report, minutes: float, where: str | None = None) -> str:
     growth = report.growth()
     lines = [f"Command: `python tests/bench/soak.py --minutes {minutes:g} --rate {report.rate:g}`; run of "
-             f"{date.today().isoformat()} on the 2-core CPU VM (fake upstream in its own process).", "",
+             f"{date.today().isoformat()} on {where or machine.machine()} (fake upstream in its own process).", "",
              "| kind | answers by status |", "|---|---|"]
     for kind, statuses in report.by_kind.items():
         lines.append(f"| {kind} | " + ", ".join(f"{status}: {count}" for status, count in statuses.items()) + " |")
@@ -266,12 +267,13 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as workdir:
         report = soak(args.minutes * 60, args.rate, Path(workdir))
-    print(table(report, args.minutes))
+    where = machine.machine()
+    print(table(report, args.minutes, where))
     if report.lost_examples:
         print("lost:", *report.lost_examples, sep="\n  ")
     results = {**asdict(report), "growth": report.growth()}
-    meta = {"date": date.today().isoformat(), "minutes": args.minutes, "rate": args.rate}
-    publish(args.out, "soak", meta, results, table(report, args.minutes),
+    meta = {"date": date.today().isoformat(), "where": where, "minutes": args.minutes, "rate": args.rate}
+    publish(args.out, "soak", meta, results, table(report, args.minutes, where),
             "Gateway RSS and open descriptors over the soak", plot)
 
 

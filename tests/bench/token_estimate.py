@@ -27,6 +27,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from policies.stable_prefix import CHARS_PER_TOKEN  # noqa: E402
 from proxy.token_count import estimate_tokens  # noqa: E402
+from tests.bench import machine  # noqa: E402
 from tests.bench.report import write_block  # noqa: E402
 from tests.support.corpus import DOCUMENTS  # noqa: E402
 
@@ -76,7 +77,7 @@ def main() -> None:
         rows.append(f"| {kind} | {len(samples)} | {summary(ours)} | {summary(quarter)} |")
     block = "\n".join([
         "Command: `python tests/bench/token_estimate.py` (error = (estimate - real) / real per text; real = "
-        "cl100k_base through litellm.encode)", "",
+        f"cl100k_base through litellm.encode, {machine.version('litellm') or 'litellm'})", "",
         "| text | texts | prefixgate's estimate: median | range | characters / 4: median | range |",
         "|---|---|---|---|---|---|", *rows,
     ])
