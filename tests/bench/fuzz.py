@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from proxy.app import create_app
 from tests.bench import machine
-from tests.bench.report import write_block
+from tests.bench.report import write_block, write_result
 from tests.conftest import make_config
 from tests.proxy.test_openapi import CASES, CHECKS
 from tests.support.bodies import broken_request, is_openai_error, valid_request
@@ -119,7 +119,10 @@ def main() -> int:
     print(text)
     for failure in result["failures"]:  # type: ignore[attr-defined]
         print("FAILURE:", failure)
-    write_block(args.out, "fuzz", text)
+    write_result(args.out, "fuzz", {"date": date.today().isoformat(), "machine": machine.machine(),
+                                    "cases": args.cases},
+                 {**result, "statuses": dict(result["statuses"])})  # type: ignore[arg-type]
+    write_block(args.out, "fuzz", text + "\n\nResult file: `docs/fuzz.json`.")
     return 1 if result["failures"] or not result["alive"] else 0
 
 

@@ -22,10 +22,15 @@ def write_block(path: Path, name: str, block: str) -> None:
     path.write_text(replace_block(path.read_text() if path.exists() else "", name, block))
 
 
+def write_result(out: Path, name: str, meta: dict[str, Any], results: Any) -> None:
+    """A run's numbers to NAME.json beside ``out``: the result file its markdown block is written from."""
+    (out.parent / f"{name}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
+
+
 def publish(out: Path, name: str, meta: dict[str, Any], results: Any, table: str, caption: str,
             plot: Callable[[Any, Path], None]) -> None:
     """A run's numbers to docs/NAME.json, its plot to docs/NAME.png, its table (and the plot) into
     ``out``'s NAME block."""
-    (out.parent / f"{name}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    write_result(out, name, meta, results)
     plot(results, out.parent / f"{name}.png")
     write_block(out, name, f"{table}\n\n![{caption}]({name}.png)")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from datetime import date
 from pathlib import Path
 from statistics import median
 
@@ -28,7 +29,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from policies.stable_prefix import CHARS_PER_TOKEN  # noqa: E402
 from proxy.token_count import estimate_tokens  # noqa: E402
 from tests.bench import machine  # noqa: E402
-from tests.bench.report import write_block  # noqa: E402
+from tests.bench.report import write_block, write_result  # noqa: E402
 from tests.support.corpus import DOCUMENTS  # noqa: E402
 
 MODEL = "gpt-3.5-turbo"  # cl100k_base
@@ -67,7 +68,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
-    rows = []
+    rows, results = [], {}
     for kind, samples in texts().items():
         ours, quarter = [], []
         for text in samples:
@@ -75,6 +76,7 @@ def main() -> None:
             ours.append((estimate_tokens([text]) - real) / real)
             quarter.append((quarter_of_characters(text) - real) / real)
         rows.append(f"| {kind} | {len(samples)} | {summary(ours)} | {summary(quarter)} |")
+        results[kind] = {"texts": len(samples), "estimate_errors": ours, "quarter_errors": quarter}
     block = "\n".join([
         "Command: `python tests/bench/token_estimate.py` (error = (estimate - real) / real per text; real = "
         f"cl100k_base through litellm.encode, {machine.version('litellm') or 'litellm'})", "",
@@ -82,7 +84,9 @@ def main() -> None:
         "|---|---|---|---|---|---|", *rows,
     ])
     print(block)
-    write_block(args.out, "token_estimate", block)
+    write_result(args.out, "token_estimate", {"date": date.today().isoformat(), "machine": machine.machine(),
+                                              "litellm": machine.version("litellm")}, results)
+    write_block(args.out, "token_estimate", block + "\n\nResult file: `docs/token_estimate.json`.")
 
 
 if __name__ == "__main__":
