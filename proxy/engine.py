@@ -12,6 +12,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from proxy.engine_main import ENV_PARENT
+
 ENGINE_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache; overridden by EngineConfig.kv_cache_gib
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # one process: starts in ~20 s instead of ~60 s
@@ -86,7 +88,8 @@ class LocalEngine:
         ]
 
     def start(self) -> None:
-        env = {**os.environ, **ENGINE_ENV, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib), **self.extra_env}
+        env = {**os.environ, **ENGINE_ENV, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib), **self.extra_env,
+               ENV_PARENT: str(os.getpid())}  # the engine ends when this process does (engine_main)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             self._process = subprocess.Popen(

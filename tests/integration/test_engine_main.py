@@ -1,0 +1,61 @@
+"""The embedded engine ends with its gateway however the gateway ends: SIGKILL runs no clean-up in
+the gateway, and an orphaned engine would keep its port and gigabytes of memory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+import yaml
+
+from proxy.tiny_model import ensure_tiny_model
+from tests.conftest import Embedded
+from tests.support.servers import free_port
+
+pytestmark = pytest.mark.engine
+
+
+def test_a_gateway_killed_with_sigkill_takes_its_engine_with_it(embedded: Embedded, tmp_path: Path) -> None:
+    gateway_port, engine_port = free_port(), free_port()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(yaml.safe_dump({
+        "server": {"port": gateway_port}, "data_dir": str(tmp_path),
+        "engine": {"port": engine_port, "model_dir": str(ensure_tiny_model(embedded.data_dir))},
+    }))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFIXGATE_")}
+    with open(tmp_path / "gateway.log", "wb") as log:
+        gateway = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", "--config", str(config)],
+                                   stdout=log, stderr=subprocess.STDOUT, env=env)
+    engine_processes: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 300
+        while not _answers(f"http://127.0.0.1:{gateway_port}/ready"):
+            assert gateway.poll() is None and time.monotonic() < deadline, (tmp_path / "gateway.log").read_text()
+            time.sleep(0.5)
+        engine_processes = psutil.Process(gateway.pid).children(recursive=True)
+        assert engine_processes and _answers(f"http://127.0.0.1:{engine_port}/health")
+        gateway.kill()  # SIGKILL: nothing in the gateway runs
+        gateway.wait(10)
+        _, alive = psutil.wait_procs(engine_processes, timeout=60)
+        assert not alive, [(p.pid, p.name()) for p in alive]
+        assert not _answers(f"http://127.0.0.1:{engine_port}/health")  # its port is free again
+    finally:
+        if gateway.poll() is None:
+            gateway.kill()
+        for process in engine_processes:  # never leave an engine behind, even when the test fails
+            if process.is_running():
+                process.send_signal(signal.SIGKILL)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
