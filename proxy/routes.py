@@ -25,7 +25,9 @@ async def models(request: Request) -> Response:
     gateway.keys.tenant_for(request.headers.get("authorization"))
     cards = await gateway.upstreams.list_models()
     created = int(time.time())
-    data = [{"object": "model", "created": created, "owned_by": "prefixgate", **card} for card in cards]
+    # vLLM's `root` is the model's path on the engine's disk: no client's business. It becomes the id.
+    data = [{"object": "model", "created": created, "owned_by": "prefixgate", **card,
+             **({"root": card["id"]} if "root" in card else {})} for card in cards]
     return _json({"object": "list", "data": data})
 
 

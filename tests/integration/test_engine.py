@@ -64,6 +64,8 @@ def test_sdk_completions_and_models(embedded: Embedded) -> None:
                                     extra_body={"ignore_eos": True})
     assert answer.choices[0].text and answer.usage.completion_tokens == 5
     assert [m.id for m in sdk.models.list()] == [embedded.model]
+    listing = httpx.get(embedded.proxy + "/v1/models").text
+    assert str(embedded.data_dir) not in listing  # the engine reports its model's path as `root`; clients never see it
 
 
 def test_raw_http_like_curl(embedded: Embedded) -> None:

@@ -28,6 +28,8 @@ def test_models_is_the_union_of_pools(fake: FakeServer, start_proxy: Callable[..
     assert {"fake-model", "fake-hang", "big-model"} <= set(ids)
     for card in listing["data"]:
         assert card["object"] == "model" and isinstance(card["created"], int) and card["owned_by"]
+    assert "/srv/models" not in answer.text  # the engine's disk layout stays with the engine
+    assert next(card for card in listing["data"] if card["id"] == "fake-model")["root"] == "fake-model"
 
 
 def test_model_routes_to_the_pool_that_serves_it(fake: FakeServer, start_proxy: Callable[..., str]) -> None:

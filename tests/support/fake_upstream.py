@@ -134,7 +134,8 @@ class FakeUpstream:
         if path == "/health":
             await _respond(send, 200, b"")
         elif path == "/v1/models":
-            cards = [{"id": name, "object": "model", "owned_by": "fake", "max_model_len": 4096} for name in MODEL_NAMES]
+            cards = [{"id": name, "object": "model", "owned_by": "fake", "max_model_len": 4096,
+                      "root": f"/srv/models/{name}-weights", "parent": None} for name in MODEL_NAMES]  # as vLLM
             await _respond(send, 200, orjson.dumps({"object": "list", "data": cards}))
         elif path == "/metrics" and self.serves_metrics:
             await _respond(send, 200, self._engine_metrics())
