@@ -18,6 +18,7 @@ from pathlib import Path
 
 import uvicorn
 
+from proxy import config as config_module
 from proxy.analyze import add_parser as add_analyze_parser
 from proxy.app import ENV_RESOLVED_CONFIG, create_app
 from proxy.config import Config, ConfigError, dump_config, load_config, with_engine_pool
@@ -42,8 +43,7 @@ def _start_engine(config: Config) -> tuple[LocalEngine, Config]:
     else:
         from proxy.tiny_model import ensure_tiny_model
 
-        log.info("building the tiny demo model under %s (first run only)", config.data_dir)
-        model_dir = ensure_tiny_model(config.data_dir)
+        model_dir = ensure_tiny_model(config.data_dir)  # built on the first start only, and says so
     engine = LocalEngine(
         model_dir,
         served_model_name=settings.served_model_name,
@@ -122,10 +122,26 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+ENVIRONMENT_HELP = "\n".join([
+    "environment (beats the config file):",
+    f"  {config_module.ENV_CONFIG:<30} the config file, when --config is not given",
+    f"  {config_module.ENV_UPSTREAM:<30} comma-separated replica base URLs of one pool (replaces pools)",
+    f"  {config_module.ENV_HOST:<30} listen address (server.host)",
+    f"  {config_module.ENV_PORT:<30} listen port (server.port)",
+    f"  {config_module.ENV_DATA_DIR:<30} tiny model, engine log, embedded Qdrant, generated salt secret",
+    f"  {config_module.ENV_CACHE_SALT_SECRET:<30} the cache-salt secret (auth.cache_salt_secret)",
+    "Every setting: docs/configuration.md.",
+])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="prefixgate", description="OpenAI-compatible gateway for vLLM pools")
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("serve", help="run the gateway")
+    run = commands.add_parser(
+        "serve", help="run the gateway", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run the gateway. With no upstream (no pools in the config, no PREFIXGATE_UPSTREAM) it first "
+                    "builds a tiny demo model and starts an embedded vLLM CPU engine, and serves that.",
+        epilog=ENVIRONMENT_HELP)
     run.add_argument("--config", help="YAML config file (default: $PREFIXGATE_CONFIG, else environment only)")
     run.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     run.add_argument("--port", type=int, help="port to listen on (default $PREFIXGATE_PORT or 8080)")
@@ -133,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=serve)
     add_analyze_parser(commands)
     add_ingest_parser(commands)
-    add_reference_parser(commands)
+    commands.metavar = "{" + ",".join(commands.choices) + "}"  # the commands a user runs
+    add_reference_parser(commands)  # a maintainer's tool, left out of the list above
     return parser
 
 

@@ -117,8 +117,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_reference_parser(commands: Any) -> None:
+    # A maintainer's tool: no help line, so the user's `prefixgate --help` does not list it (build_parser).
     command = commands.add_parser("config-reference",
-                                  help="rewrite the configuration reference's field tables from the config models")
+                                  description="rewrite the configuration reference's field tables from the config "
+                                              "models")
     command.add_argument("--file", default=str(DOC), help="the reference to rewrite (default: docs/configuration.md)")
     command.add_argument("--check", action="store_true", help="only say whether it is up to date (exit 1 if not)")
     command.set_defaults(handler=run)

@@ -17,8 +17,9 @@ from typing import Any
 from tqdm import tqdm
 
 from policies.chunking import chunk_id, chunk_spans
+from proxy.auth import OPEN_TENANT
 from proxy.embeddings import Embedder
-from proxy.vector_store import StoredChunk, VectorStore
+from proxy.vector_store import StoredChunk, StoreInUse, VectorStore
 
 SUFFIXES = (".txt", ".md", ".markdown", ".html", ".htm", ".pdf")
 EMBED_BATCH = 64
@@ -193,7 +194,15 @@ def run(args: Any) -> int:
         return 2
     own = config.tenants.get(args.tenant)
     collection = args.collection or (own.retrieval.collection if own and own.retrieval else "prefixgate")
-    return asyncio.run(_ingest_command(args, config, collection))
+    if args.tenant not in (set(config.resolved_keys.values()) or {OPEN_TENANT}):
+        print(f"prefixgate ingest: warning: no API key in this config names tenant '{args.tenant}', so no request "
+              "will get these documents until one does (without keys every request is tenant "
+              f"'{OPEN_TENANT}')", file=sys.stderr)
+    try:
+        return asyncio.run(_ingest_command(args, config, collection))
+    except StoreInUse as error:
+        print(f"prefixgate ingest: {error}", file=sys.stderr)
+        return 1
 
 
 async def _ingest_command(args: Any, config: Any, collection: str) -> int:

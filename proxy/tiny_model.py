@@ -8,6 +8,7 @@ Takes a few seconds; the result is cached under the data directory and built ato
 
 from __future__ import annotations
 
+import logging
 import random
 import shutil
 import tempfile
@@ -15,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 MODEL_VERSION = "prefixgate-tiny-llama-v2"
+log = logging.getLogger("prefixgate")
+
 VOCAB_SIZE = 4096
 MAX_POSITIONS = 4096
 SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]
@@ -105,6 +108,7 @@ def ensure_tiny_model(data_dir: str | Path) -> Path:
     target = Path(data_dir) / "models" / MODEL_VERSION
     if (target / "config.json").exists() and (target / "tokenizer.json").exists():
         return target
+    log.info("building the tiny demo model under %s (a few seconds; kept for later starts)", target.parent)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
     try:

@@ -102,6 +102,14 @@ class _OffTheLoop:
         self._thread.shutdown(wait=False)
 
 
+class StoreInUse(Exception):
+    """The embedded store's folder is open in another process (a running gateway, another ingest)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"the embedded Qdrant folder {path} is in use by another process (a running gateway?): "
+                         "stop it while ingesting, or point both at a Qdrant server (retrieval.qdrant_url)")
+
+
 VERSIONS = "prefixgate_versions"  # one point per (collection, tenant): bumped by every ingest or delete
 _VERSION_NAMESPACE = uuid.UUID("0b7e4c2a-9d3f-5e1b-8a6c-4f2d7e9b1c30")
 
@@ -134,7 +142,13 @@ class VectorStore:
             return cls(client, dimensions, per_tenant_collections=False)
         assert path is not None
         path.mkdir(parents=True, exist_ok=True)
-        return cls(_OffTheLoop(QdrantClient(path=str(path))), dimensions, per_tenant_collections=True)
+        try:
+            client = QdrantClient(path=str(path))
+        except RuntimeError as error:  # qdrant-client's words for its folder lock
+            if "already accessed by another instance" in str(error):
+                raise StoreInUse(path) from None
+            raise
+        return cls(_OffTheLoop(client), dimensions, per_tenant_collections=True)
 
     async def ensure_collection(self, collection: str, tenant: str) -> None:
         name, _ = self._where(collection, tenant)

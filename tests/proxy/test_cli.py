@@ -10,7 +10,17 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
+from proxy.cli import main
+from proxy.config import (
+    ENV_CACHE_SALT_SECRET,
+    ENV_CONFIG,
+    ENV_DATA_DIR,
+    ENV_HOST,
+    ENV_PORT,
+    ENV_UPSTREAM,
+)
 from tests.conftest import FakeServer
 from tests.support.servers import free_port
 
@@ -66,3 +76,17 @@ def test_serve_warns_about_tenants_no_request_can_be(fake: FakeServer, tmp_path:
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=15)
     assert "no API key names them" in warning and "tenant 'default'" in warning, warning
+
+
+def test_help_names_the_environment_and_the_embedded_engine_but_not_maintainer_tools(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--help"], ["serve", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+    text = capsys.readouterr().out
+    top, serve = text.split("usage: prefixgate serve", 1)
+    assert "config-reference" not in top and "{serve,analyze,ingest}" in top
+    for name in (ENV_CONFIG, ENV_UPSTREAM, ENV_HOST, ENV_PORT, ENV_DATA_DIR, ENV_CACHE_SALT_SECRET):
+        assert name in serve, name
+    assert "embedded vLLM CPU engine" in " ".join(serve.split())
+    assert main(["config-reference", "--check"]) == 0  # still there for those who know it
