@@ -33,7 +33,7 @@ from proxy.retrieval_cache import RetrievalCache, cache_key  # noqa: E402
 from proxy.retrieval_config import TenantRetrieval  # noqa: E402
 from proxy.vector_store import StoredChunk, VectorStore  # noqa: E402
 from tests.bench import machine  # noqa: E402
-from tests.bench.report import write_block  # noqa: E402
+from tests.bench.report import write_block, write_result  # noqa: E402
 
 PRODUCTS = ["blender", "kettle", "toaster", "coffee grinder", "juicer", "rice cooker", "air fryer", "mixer"]
 TOPICS = {
@@ -79,7 +79,8 @@ async def run_load(retriever: Retriever, settings: TenantRetrieval, questions: l
             "qps": len(questions) / elapsed}
 
 
-async def main_async(args: argparse.Namespace) -> list[str]:
+async def main_async(args: argparse.Namespace, data: dict) -> list[str]:
+    """The block's lines; ``data`` receives the numbers behind them (the result file)."""
     embedder = LocalMiniLM()
     store = VectorStore.open(dimensions=embedder.dimensions, path=Path(tempfile.mkdtemp()) / "qdrant")
     chunks = corpus()
@@ -92,21 +93,32 @@ async def main_async(args: argparse.Namespace) -> list[str]:
     questions = [f"How do I {rng.choice(['clean', 'return', 'ship', 'safely place'])} my "
                  f"{rng.choice(PRODUCTS)}? ({n})" for n in range(args.questions)]
     settings = TenantRetrieval(collection="bench", candidates=20, top_n=5, budget_tokens=1500)
-    # The micro-batcher's own knobs, as proxy.config.RetrievalConfig would set them.
-    lines = ["| micro-batching | concurrency | p50 ms | p95 ms | questions/s |", "|---|---|---|---|---|"]
-    results = {}
-    for batch in (1, 32):
-        retriever = Retriever(embedder, store, max_batch=batch, max_wait=args.wait_ms / 1000)
-        await run_load(retriever, settings, questions[:32], 8)  # warm-up
-        for concurrency in (1, 32):
-            result = await run_load(retriever, settings, questions, concurrency)
-            results[(batch, concurrency)] = result
-            label = "off (batches of 1)" if batch == 1 else f"on (up to 32, {args.wait_ms:g} ms window)"
-            lines.append(f"| {label} | {concurrency} | {result['p50']:.1f} | {result['p95']:.1f} "
-                         f"| {result['qps']:.0f} |")
-            print(lines[-1], flush=True)
-    ratio = results[(32, 32)]["qps"] / results[(1, 32)]["qps"]
-    lines += ["", f"Throughput at concurrency 32, batching on / off: **{ratio:.1f}x**."]
+    # The micro-batcher's own knobs, as proxy.config.RetrievalConfig would set them. Each run measures
+    # both settings at both concurrencies, so every ratio compares numbers taken side by side.
+    runs: dict[tuple[int, int], list[dict]] = {}
+    for run in range(args.runs):
+        for batch in (1, 32):
+            retriever = Retriever(embedder, store, max_batch=batch, max_wait=args.wait_ms / 1000)
+            await run_load(retriever, settings, questions[:32], 8)  # warm-up
+            for concurrency in (1, 32):
+                runs.setdefault((batch, concurrency), []).append(
+                    await run_load(retriever, settings, questions, concurrency))
+                print(f"run {run + 1}: batch {batch}, concurrency {concurrency}: {runs[(batch, concurrency)][-1]}",
+                      flush=True)
+    lines = [f"Medians of {args.runs} runs (range of questions/s in brackets).", "",
+             "| micro-batching | concurrency | p50 ms | p95 ms | questions/s |", "|---|---|---|---|---|"]
+    for (batch, concurrency), measured in runs.items():
+        label = "off (batches of 1)" if batch == 1 else f"on (up to 32, {args.wait_ms:g} ms window)"
+        rates = [m["qps"] for m in measured]
+        lines.append(f"| {label} | {concurrency} | {median(m['p50'] for m in measured):.1f} "
+                     f"| {median(m['p95'] for m in measured):.1f} | {median(rates):.0f} "
+                     f"({min(rates):.0f}-{max(rates):.0f}) |")
+    ratios = [on["qps"] / off["qps"] for on, off in zip(runs[(32, 32)], runs[(1, 32)], strict=True)]
+    lines += ["", f"Throughput at concurrency 32, batching on / off: **{median(ratios):.1f}x** "
+              f"(runs {min(ratios):.1f}-{max(ratios):.1f}x)."]
+    data["runs"] = [{"batch": batch, "concurrency": concurrency, "measured": measured}
+                    for (batch, concurrency), measured in runs.items()]
+    data["batching_ratio"] = ratios
 
     cached = Retriever(embedder, store, max_batch=32, max_wait=0, cache=RetrievalCache(ttl=300, empty_ttl=30))
     repeated = questions[:64]
@@ -117,6 +129,7 @@ async def main_async(args: argparse.Namespace) -> list[str]:
         started = time.perf_counter()
         await cached.retrieve("bench", settings, question)
         hits.append((time.perf_counter() - started) * 1000)
+    data["cached_lookup_ms"] = {"p50": percentile(hits, 0.5), "p95": percentile(hits, 0.95)}
     lines += ["", f"Cached path (a repeated question: key, lookup, no model or store), {len(hits)} lookups: "
               f"p50 {percentile(hits, 0.5):.3f} ms, p95 {percentile(hits, 0.95):.3f} ms."]
 
@@ -129,6 +142,7 @@ async def main_async(args: argparse.Namespace) -> list[str]:
         hits = await store.search("bench", "bench", vector, 10)
         plain.append(sum(estimated_tokens(h.text) for h in hits))
         selected.append(sum(p.tokens for p in select_evidence(hits, wide, estimated_tokens)))
+    data["evidence_tokens"] = {"retrieved": median(plain), "selected": median(selected)}
     lines += ["", f"Evidence size on this corpus (every chunk is also published as a near-copy), median over 64 "
               f"questions, passage text of the top 10 hits: as retrieved {median(plain):.0f} tokens, after "
               f"selection {median(selected):.0f} tokens ({1 - median(selected) / median(plain):.0%} fewer; the "
@@ -181,14 +195,20 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--questions", type=int, default=256)
     parser.add_argument("--wait-ms", type=float, default=0.0, help="the micro-batcher's window when idle")
+    parser.add_argument("--runs", type=int, default=3, help="repeats of the micro-batching comparison")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     args = parser.parse_args()
-    lines = asyncio.run(main_async(args))
+    data: dict = {}
+    lines = asyncio.run(main_async(args, data))
     command = "python tests/bench/retrieval.py " + " ".join(sys.argv[1:])
     packages = ("sentence-transformers", "torch", "qdrant-client")
     versions = ", ".join(v for v in (machine.version(name) for name in packages) if v)
-    block = "\n".join([f"Command: `{command.strip()}` (one run; MiniLM on the CPU, Qdrant local mode); run of "
-                       f"{date.today().isoformat()} on {machine.machine()}; {versions}", "", *lines])
+    when = date.today().isoformat()
+    block = "\n".join([f"Command: `{command.strip()}` (MiniLM on the CPU, Qdrant local mode); run of "
+                       f"{when} on {machine.machine()}; {versions}", "", *lines, "",
+                       "Result file: `docs/retrieval.json`."])
+    write_result(Path(args.out), "retrieval", {"date": when, "machine": machine.machine(), "versions": versions,
+                                               "command": command.strip(), "runs": args.runs}, data)
     write_block(Path(args.out), "retrieval", block)
     print(f"wrote {args.out}")
 
