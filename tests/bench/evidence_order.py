@@ -38,7 +38,7 @@ from proxy.retrieval import estimated_tokens  # noqa: E402
 from proxy.vector_store import VectorStore  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.prefix_reuse import run_cell, start_engine_on_own_core, summarize  # noqa: E402
-from tests.bench.report import write_block  # noqa: E402
+from tests.bench.report import write_block, write_result  # noqa: E402
 from tests.support.corpus import DOCUMENTS, write_corpus  # noqa: E402
 
 SYSTEM = (
@@ -177,7 +177,9 @@ def main() -> None:
     table = markdown(results, stats, meta)
     print(table)
     command = " ".join(["python tests/bench/evidence_order.py", *sys.argv[1:]])
-    write_block(Path(args.out), "evidence_order", f"Command: `{command}`\n\n{table}")
+    write_result(Path(args.out), "evidence_order", {**meta, "command": command}, {"overlap": stats, "cells": results})
+    write_block(Path(args.out), "evidence_order",
+                f"Command: `{command}`\n\n{table}\n\nResult file: `docs/evidence_order.json`.")
 
 
 if __name__ == "__main__":

@@ -31,10 +31,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from datetime import date
 from pathlib import Path
 from statistics import median
+from typing import Any
 
 import httpx
 import yaml
@@ -44,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from proxy.engine import free_port  # noqa: E402
 from tests.bench import machine  # noqa: E402
-from tests.bench.report import replace_block  # noqa: E402
+from tests.bench.report import replace_block, write_result  # noqa: E402
 
 IDLE_SECONDS = 5.0
 
@@ -351,9 +352,25 @@ def write_report(path: Path, open_rows: list[dict], closed_rows: list[dict], arg
                 f"| {d.p50_ms:.2f} / {d.p99_ms:.2f} | {name} | {t.rps:.0f} | {t.rps / d.rps:.2f} "
                 f"| {t.p50_ms - d.p50_ms:.2f} / {t.p99_ms - d.p99_ms:.2f} | {cpu:.3f} | {t.errors + d.errors} |"
             )
+    lines += ["", "Result file (both tables): `docs/overhead.json`."]
     text = replace_block(text, "overhead-closed", "\n".join(lines))
     path.write_text(text)
-    print(f"wrote {path}")
+    write_result(path, "overhead", {"date": date.today().isoformat(), "machine": machine.machine(),
+                                    "clients": clients, "command": command, "seconds": args.seconds,
+                                    "rounds": args.rounds, "tokens": args.tokens, "idle_cpu_s_per_s": idle},
+                 {"open_loop": _plain(open_rows), "closed_loop": _plain(closed_rows)})
+    print(f"wrote {path} and its result file")
+
+
+def _plain(value: Any) -> Any:
+    """The rows as JSON can hold them: measurements (dataclasses) as their fields."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
 
 
 if __name__ == "__main__":
