@@ -74,8 +74,9 @@ def gpus() -> list[str]:
 
 
 def cpu() -> str:
-    """``N cores of MODEL (OS release, arch), Python X``."""
-    return (f"{usable_cores()} cores of {cpu_model()} ({platform.system()} {platform.release()}, "
+    """``N cores of MODEL (OS release, arch), Python X``: the machine's cores, not this process's share."""
+    cores = os.cpu_count() or usable_cores()  # the machine's, whatever this process is pinned to
+    return (f"{cores} core{'s' if cores != 1 else ''} of {cpu_model()} ({platform.system()} {platform.release()}, "
             f"{platform.machine()}), Python {platform.python_version()}")
 
 
