@@ -21,7 +21,10 @@ _WEEKDAYS = r"(?:Mon(?:day)?|Tue(?:s(?:day)?)?|Wed(?:nesday)?|Thu(?:rs(?:day)?)?
 _YEAR = r"(?:19|20)\d\d"
 _MM = r"(?:0?[1-9]|1[0-2])"
 _DD = r"(?:0?[1-9]|[12]\d|3[01])"
-_ZONE = r"(?:\s?(?:Z|UTC|GMT|[+-](?:[01]\d|2[0-3]):?[0-5]\d|[A-Z][A-Z]?[SD]?T)\b)"
+_OFFSET = r"[+-](?:[01]\d|2[0-3]):?[0-5]\d"
+# Z, UTC, +01:00; JavaScript's "GMT+0100 (Central European Standard Time)"; Go's "+0000 UTC"; CET, PDT
+_ZONE = (rf"(?:\s?(?:(?:UTC|GMT){_OFFSET}(?:\s\([A-Z][A-Za-z .]{{2,60}}\))?"
+         rf"|(?:Z|UTC|GMT|{_OFFSET}(?:\s[A-Z]{{2,5}})?|[A-Z][A-Z]?[SD]?T)\b))")
 _CLOCK = rf"(?:(?:[01]?\d|2[0-3]):[0-5]\d(?::[0-5]\d(?:[.,]\d{{1,9}})?)?(?:\s?[AaPp]\.?[Mm]\.?)?{_ZONE}?)"
 _TIME_AFTER = rf"(?:(?:[T ]|,?\s(?:at\s)?){_CLOCK})?"
 # Letters, digits or a joining dot/dash/slash on either side mean the match is part of a bigger token.
@@ -39,6 +42,9 @@ _DATE_PATTERNS: list[tuple[str, str]] = [
     # November 22, 2026 / Sunday, November 22nd 2026, 11:51 AM / 22 November 2026
     ("datetime", rf"{_L}(?:{_WEEKDAYS},?\s)?{_MONTHS}\.?\s{_DD}(?:st|nd|rd|th)?,?\s{_YEAR}{_TIME_AFTER}{_R}"),
     ("datetime", rf"{_L}(?:{_WEEKDAYS},?\s)?{_DD}(?:st|nd|rd|th)?\s{_MONTHS}\.?,?\s{_YEAR}{_TIME_AFTER}{_R}"),
+    # C's asctime and Go's ANSIC, UnixDate, RubyDate: Tue Nov 24 14:03:07 [MST|-0700] 2026
+    # (a colon may follow, as where such a stamp starts a log line; a colon and a digit may not)
+    ("datetime", rf"{_L}{_WEEKDAYS}\s{_MONTHS}\s{{1,2}}{_DD}\s{_CLOCK}\s{_YEAR}(?![\w/-]|[:.]\d)"),
     # 2026年11月22日 11:51
     ("datetime", rf"{_YEAR}\s?年\s?{_MM}\s?月\s?{_DD}\s?[日号]"
                  r"(?:\s?(?:[01]?\d|2[0-3])[:\uff1a][0-5]\d(?:[:\uff1a][0-5]\d)?)?"),
@@ -47,7 +53,7 @@ _DATE_PATTERNS: list[tuple[str, str]] = [
 _HEX = "0-9a-fA-F"
 _ID_LABEL = (
     r"(?:x[-_])?(?:trace|span|request|req|session|correlation|conversation|run|message|msg|transaction|"
-    r"invocation|call)[-_ ]?id"
+    r"invocation|call|event)[-_ ]?id"
 )
 _OTHER_PATTERNS: list[tuple[str, str]] = [
     # W3C traceparent: version-traceid-parentid-flags
@@ -58,9 +64,14 @@ _OTHER_PATTERNS: list[tuple[str, str]] = [
              rf"(?![{_HEX}-])"),
     # Labelled IDs: trace_id=4bf92f35..., "requestId": "req_8ZtQ2...", Session ID: 9f8e7d6c5b4a
     ("id", rf"(?i:\b{_ID_LABEL})[\"']?\s*[:=]\s*[\"']?(?=[A-Za-z0-9_-]*\d)[A-Za-z0-9_-]{{8,}}(?![A-Za-z0-9_-])"),
-    # Labelled Unix epoch seconds (10 digits) or milliseconds (13 digits)
+    # Labelled Unix epoch seconds (10 digits), milliseconds (13) or microseconds (16)
     ("epoch", r"(?i:\b(?:timestamp|unix[-_ ]?time|epoch|ts|created(?:_at)?|now|time))[\"']?\s*[:=]\s*[\"']?"
-              r"1\d{9}(?:\d{3})?(?![\d.])"),
+              r"1\d{9}(?:\d{3}){0,2}(?![\d.])"),
+    # ULIDs (26 Crockford base-32 characters; a time-ordered ID's first two are "0" and non-zero until 2109)
+    # (the pattern starts with the literal "0" so the engine can skip to each one; the look-behind follows)
+    ("id", r"0(?<![0-9A-Za-z]0)[1-9A-HJKMNP-TV-Z][0-9A-HJKMNP-TV-Z]{24}(?![0-9A-Za-z])"),
+    # syslog and Go's Stamp, a clock to the second without a year: Nov 24 14:03:07
+    ("datetime", rf"{_L}{_MONTHS}\s{{1,2}}{_DD}\s(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{{1,9}})?{_R}"),
 ]
 
 # "Current time: ..." style lines; the value must itself read as a clock (checked below).
@@ -103,6 +114,7 @@ BUILTIN_KINDS: tuple[str, ...] = ("clock", *dict.fromkeys(detector.kind for dete
 
 _YEAR_GATE = re.compile(_YEAR)
 _EPOCH_GATE = re.compile(r"1\d{9}")
+_SECONDS_GATE = re.compile(r"\d:[0-5]\d:[0-5]\d")
 
 
 def _has_year(text: str) -> bool:
@@ -117,6 +129,8 @@ _GATES = (
     lambda text: "-" in text,  # uuid
     lambda text: "id" in text.lower(),  # labelled IDs end in "id"
     lambda text: _EPOCH_GATE.search(text) is not None,
+    lambda text: len(text) >= 26,  # ULID
+    lambda text: ":" in text and _SECONDS_GATE.search(text) is not None,  # syslog stamp
 )
 _GATED_DETECTORS = tuple(zip(_GATES, BUILTIN_DETECTORS, strict=True))
 

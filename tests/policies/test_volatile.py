@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from policies.volatile import custom_detectors, find_volatile
+from tests.support.volatile_formats import FORMATS, samples
 
 POSITIVE = [
     # (text, the exact span expected, kind)
@@ -74,3 +75,14 @@ def test_tenant_patterns_with_and_without_a_value_group() -> None:
     text = "Working on TICKET-4521 for build=a1b2c3d today."
     found = [(text[s.start:s.end], s.kind) for s in find_volatile(text, detectors)]
     assert found == [("TICKET-4521", "ticket"), ("a1b2c3d", "build")]
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_each_real_world_format_is_found_whole_or_left_alone_as_meant(name: str) -> None:
+    """Every line of a sought format has its whole value in one span; a format left alone on purpose (a
+    bare number or random string, which looks like much that is not volatile) is never touched."""
+    sought = FORMATS[name][2]
+    for line, value in samples(name):
+        start = line.index(value)
+        covered = any(s.start <= start and s.end >= start + len(value) for s in find_volatile(line))
+        assert covered == sought, (line, [line[s.start:s.end] for s in find_volatile(line)])
