@@ -16,7 +16,7 @@ from proxy.engine_main import ENV_PARENT
 
 ENGINE_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache; overridden by EngineConfig.kv_cache_gib
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # one process: starts in ~20 s instead of ~60 s
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # no worker processes (EngineCore still is one): starts faster
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "VLLM_NO_USAGE_STATS": "1",

@@ -208,9 +208,13 @@ def run(args: Any) -> int:
 async def _ingest_command(args: Any, config: Any, collection: str) -> int:
     import sys
 
-    from proxy.retrieval import Retriever
+    from proxy.retrieval import Retriever, configured_store
 
-    retriever = await Retriever.start(config)
+    # Open the store before the embedding model loads (seconds): a folder that a running gateway holds
+    # then fails at once, with the one line run() prints and no model-loading chatter before it.
+    opened = configured_store(config)(0)  # its dimensions are the embedder's, known once it has loaded
+    retriever = await Retriever.start(config, open_store=lambda dimensions: VectorStore(
+        opened.client, dimensions, per_tenant_collections=opened.per_tenant_collections))
     try:
         for doc in args.delete:
             removed = await retriever.store.delete_document(collection, args.tenant, document_id(Path(doc)))

@@ -1,5 +1,7 @@
 """The embedded engine ends with its gateway however the gateway ends: SIGKILL runs no clean-up in
-the gateway, and an orphaned engine would keep its port and gigabytes of memory."""
+the gateway, and an orphaned engine would keep its port and gigabytes of memory. vLLM's own children
+(EngineCore, multiprocessing's resource tracker) must go too; tests/proxy/test_engine_main.py checks the
+mechanism cheaply, without vLLM."""
 
 from __future__ import annotations
 
@@ -24,10 +26,12 @@ pytestmark = pytest.mark.engine
 
 def test_a_gateway_killed_with_sigkill_takes_its_engine_with_it(embedded: Embedded, tmp_path: Path) -> None:
     gateway_port, engine_port = free_port(), free_port()
+    model = ensure_tiny_model(embedded.data_dir)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / model.name).symlink_to(model)  # a data dir whose demo model was built on an earlier start
     config = tmp_path / "gateway.yaml"
     config.write_text(yaml.safe_dump({
-        "server": {"port": gateway_port}, "data_dir": str(tmp_path),
-        "engine": {"port": engine_port, "model_dir": str(ensure_tiny_model(embedded.data_dir))},
+        "server": {"port": gateway_port}, "data_dir": str(tmp_path), "engine": {"port": engine_port},
     }))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFIXGATE_")}
     with open(tmp_path / "gateway.log", "wb") as log:
@@ -39,6 +43,7 @@ def test_a_gateway_killed_with_sigkill_takes_its_engine_with_it(embedded: Embedd
         while not _answers(f"http://127.0.0.1:{gateway_port}/ready"):
             assert gateway.poll() is None and time.monotonic() < deadline, (tmp_path / "gateway.log").read_text()
             time.sleep(0.5)
+        assert "tiny demo model" not in (tmp_path / "gateway.log").read_text()  # it was there already: not built
         engine_processes = psutil.Process(gateway.pid).children(recursive=True)
         assert engine_processes and _answers(f"http://127.0.0.1:{engine_port}/health")
         gateway.kill()  # SIGKILL: nothing in the gateway runs
