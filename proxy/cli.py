@@ -26,6 +26,7 @@ from proxy.config_reference import add_reference_parser
 from proxy.engine import EngineError, LocalEngine, free_port, vllm_available
 from proxy.ingest import add_parser as add_ingest_parser
 from proxy.salt_secret import SecretFileError, deployment_secret
+from proxy.vector_store import StoreInUse, VectorStore
 from proxy.worker_metrics import shared_metrics_dir
 
 log = logging.getLogger("prefixgate")
@@ -90,6 +91,13 @@ def _serve(config: Config) -> None:
             uvicorn.run("proxy.app:app_from_environment", factory=True, workers=server.workers, **options)
 
 
+def _check_store_free(config: Config) -> None:
+    """Raise StoreInUse now, in one line, if another process (an ingest) holds the embedded Qdrant folder,
+    rather than as a traceback from the app's start-up."""
+    store = VectorStore.open(dimensions=0, path=config.qdrant_path())  # opening takes the folder's lock
+    store.client.sync.close()
+
+
 def _exit_quietly(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
@@ -100,7 +108,9 @@ def serve(args: argparse.Namespace) -> int:
         # Read (or generate) the cache-salt secret once here, so every worker process gets the same one.
         secret = deployment_secret(config.resolved_salt_secret, config.data_dir)
         config = config.model_copy(update={"resolved_salt_secret": secret.decode()})
-    except (ConfigError, SecretFileError) as error:
+        if config.wants_retrieval and not config.retrieval.qdrant_url:
+            _check_store_free(config)
+    except (ConfigError, SecretFileError, StoreInUse) as error:
         print(f"prefixgate: {error}", file=sys.stderr)
         return 2
     # uvicorn re-raises the SIGTERM it caught once it has drained; with this handler that becomes a

@@ -21,6 +21,7 @@ from proxy.config import (
     ENV_PORT,
     ENV_UPSTREAM,
 )
+from proxy.vector_store import VectorStore
 from tests.conftest import FakeServer
 from tests.support.servers import free_port
 
@@ -90,3 +91,18 @@ def test_help_names_the_environment_and_the_embedded_engine_but_not_maintainer_t
         assert name in serve, name
     assert "embedded vLLM CPU engine" in " ".join(serve.split())
     assert main(["config-reference", "--check"]) == 0  # still there for those who know it
+
+
+def test_serve_beside_a_process_holding_the_embedded_store_says_so_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "retrieval.yaml"
+    path.write_text(f"data_dir: {tmp_path}\nauth: {{keys: [{{tenant: acme, key: sk-acme-key-1}}]}}\n"
+                    "pools: [{name: p, replicas: ['http://127.0.0.1:9/v1']}]\n"
+                    "tenants: {acme: {retrieval: {collection: docs}}}\n")
+    ingest_holds = VectorStore.open(dimensions=384, path=tmp_path / "qdrant")  # as a running ingest would
+    try:
+        process = _run(["serve", "--config", str(path)], {})
+        output, _ = process.communicate(timeout=60)
+    finally:
+        ingest_holds.client.sync.close()
+    assert process.returncode == 2 and "Traceback" not in output, output
+    assert "is in use by another process" in output and "retrieval.qdrant_url" in output
