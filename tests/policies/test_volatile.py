@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from policies.volatile import custom_detectors, find_volatile
 from tests.support.volatile_formats import FORMATS, samples
+
+# More formats, written out (tests/bench/detector_coverage.py --write-corpus): name -> sought, why, samples
+CORPUS = json.loads((Path(__file__).parent / "data" / "volatile_formats.json").read_text())["formats"]
 
 POSITIVE = [
     # (text, the exact span expected, kind)
@@ -40,6 +44,22 @@ POSITIVE = [
     ('{"requestId": "req_8ZtQ2xLm9"}', 'requestId": "req_8ZtQ2xLm9', "id"),
     ("Session ID: 9f8e7d6c5b4a", "Session ID: 9f8e7d6c5b4a", "id"),
     ("X-Correlation-ID: 7Hq2Kx9PzR4m", "X-Correlation-ID: 7Hq2Kx9PzR4m", "id"),
+    ('{"createdAt": 1795961234567, "n": 1}', 'createdAt": 1795961234567', "epoch"),
+    ('{"timeUnixNano": "1795961234123456789"}', 'timeUnixNano": "1795961234123456789', "epoch"),
+    ('"ts": "1795961234.123456", "user": "U1"', 'ts": "1795961234.123456', "epoch"),
+    ("ends at epoch=1795961234.", "epoch=1795961234", "epoch"),
+    ('{"d": "\\/Date(1795961234567)\\/"}', "\\/Date(1795961234567)\\/", "epoch"),
+    ('1.2.3.4 - - [24/Nov/2026:14:03:07 +0100] "GET / HTTP/1.1" 200', "24/Nov/2026:14:03:07 +0100", "datetime"),
+    ("Expires=Tue, 24-Nov-2026 14:03:07 GMT; Path=/", "Tue, 24-Nov-2026 14:03:07 GMT", "datetime"),
+    ("24-Nov-26 14:03:07 - Admin logged in", "24-Nov-26 14:03:07", "datetime"),
+    ("I1124 14:03:07.123456       1 main.go:42] Starting", "I1124 14:03:07.123456", "datetime"),
+    ("X-Amz-Date: 20261124T140307Z", "20261124T140307Z", "datetime"),
+    ("at 2026-11-24T14:03:07.123+01:00[Europe/Paris] sharp", "2026-11-24T14:03:07.123+01:00[Europe/Paris]", "datetime"),
+    ("now 2026-11-24 14:03:07.1 +0000 UTC m=+0.000123456 ok", "2026-11-24 14:03:07.1 +0000 UTC m=+0.000123456",
+     "datetime"),
+    ("by mx2; Tue, 24 Nov 2026 14:03:07 +0000 (UTC)", "Tue, 24 Nov 2026 14:03:07 +0000 (UTC)", "datetime"),
+    ("X-Amzn-Trace-Id: Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1",
+     "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1", "id"),
 ]
 
 
@@ -65,6 +85,8 @@ def test_negative_corpus_has_no_detections() -> None:
 @pytest.mark.parametrize("text", [
     "2026-13-22", "2026-11-32", "1850-01-01", "13/45/2026", "version 2.11.2026-rc1", "call 555-11-2026x",
     "Time is money.", "Today is a good day to learn.", "request_id: unknown", "ts=12345",
+    '{"timeout": 1800000000}', '{"format": 1795961234}', "order 1795961234567 shipped", "ts=17959612345",
+    "24-Nov-26", "I1124 14:03", "00:01:02.500 --> 00:01:05.000", "1-800-555-0199", "20261124T1403",
 ])
 def test_near_misses_are_not_volatile(text: str) -> None:
     assert find_volatile(text) == []
@@ -86,3 +108,16 @@ def test_each_real_world_format_is_found_whole_or_left_alone_as_meant(name: str)
         start = line.index(value)
         covered = any(s.start <= start and s.end >= start + len(value) for s in find_volatile(line))
         assert covered == sought, (line, [line[s.start:s.end] for s in find_volatile(line)])
+
+
+@pytest.mark.parametrize("name", list(CORPUS))
+def test_each_format_of_the_corpus_file_is_found_whole_or_left_alone_as_meant(name: str) -> None:
+    """The same for the formats of tests/policies/data/volatile_formats.json; one left alone says why."""
+    entry = CORPUS[name]
+    assert entry["sought"] or entry["why"]
+    assert len(entry["samples"]) >= 5
+    for sample in entry["samples"]:
+        line, value = sample["line"], sample["value"]
+        start = line.index(value)
+        covered = any(s.start <= start and s.end >= start + len(value) for s in find_volatile(line))
+        assert covered == entry["sought"], (line, [line[s.start:s.end] for s in find_volatile(line)])
