@@ -16,6 +16,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from proxy.auth import OPEN_TENANT
+from proxy.auth_config import AuthConfig
 from proxy.frozen import Frozen as _Frozen
 from proxy.pool_config import PoolConfig, UpstreamConfig
 from proxy.prompt_config import PromptConfig, span_kinds
@@ -32,49 +33,6 @@ ENV_CACHE_SALT_SECRET = "PREFIXGATE_CACHE_SALT_SECRET"
 
 class ConfigError(Exception):
     """A configuration problem, worded for the operator who has to fix it."""
-
-
-class TenantKey(_Frozen):
-    """One API key. ``key_env`` keeps the secret out of the file; exactly one of the two is set."""
-
-    tenant: str = Field(min_length=1)
-    """the tenant this key authenticates as"""
-    key: str | None = Field(None, min_length=8, repr=False)
-    """the secret clients send as `Authorization: Bearer <key>`, at least 8 characters"""
-    key_env: str | None = None
-    """the environment variable that holds the secret instead (keeps it out of the file); exactly one of `key` and
-    `key_env`"""
-
-    @model_validator(mode="after")
-    def _one_source(self) -> TenantKey:
-        if (self.key is None) == (self.key_env is None):
-            raise ValueError("set exactly one of 'key' or 'key_env'")
-        return self
-
-
-class AuthConfig(_Frozen):
-    """No keys means open mode: every request is the 'default' tenant (sidecar on loopback)."""
-
-    keys: list[TenantKey] = Field(default_factory=list)
-    """API keys, each `{tenant, key}` or `{tenant, key_env}`. Empty: open mode, every request is tenant `default`
-    (prefixgate warns when open mode listens on a non-loopback address)"""
-    admin_key: str | None = Field(None, min_length=8, repr=False)
-    """when set, /metrics (tenant names, replica addresses, traffic) and the replica list of /ready answer only
-    requests that send `Authorization: Bearer <admin_key>`; /health and /ready's status stay open for probes.
-    Unset: open, as suits a sidecar whose port only its pod reaches"""
-    admin_key_env: str | None = None
-    """the environment variable that holds the admin key instead (at most one of the two)"""
-
-    cache_salt_secret: str | None = Field(None, min_length=16, repr=False)
-    """the key every vLLM `cache_salt` is derived with (see `prompt.cache_salt`); give every gateway replica in front
-    of the same engines the same one, so they send the same salts. `$PREFIXGATE_CACHE_SALT_SECRET` beats it. Unset:
-    one is generated into `data_dir` on first start and read from there after, so restarts keep the cache warm"""
-
-    @model_validator(mode="after")
-    def _one_admin_key(self) -> AuthConfig:
-        if self.admin_key is not None and self.admin_key_env is not None:
-            raise ValueError("set at most one of 'admin_key' or 'admin_key_env'")
-        return self
 
 
 class LimitsConfig(_Frozen):
@@ -196,11 +154,14 @@ class Config(_Frozen):
         return Path(self.retrieval.qdrant_path or Path(self.data_dir) / "qdrant")
 
     @property
+    def reachable_tenants(self) -> set[str]:
+        """The tenants a request can be: those API keys name, or in open mode the one every request is."""
+        return set(self.resolved_keys.values()) or {OPEN_TENANT}
+
+    @property
     def unreachable_tenants(self) -> list[str]:
-        """Tenants with settings that no request can ever be: no API key names them (in open mode every
-        request is tenant `default`)."""
-        reachable = set(self.resolved_keys.values()) or {OPEN_TENANT}
-        return sorted(set(self.tenants) - reachable)
+        """Tenants with settings that no request can ever get: no API key names them."""
+        return sorted(set(self.tenants) - self.reachable_tenants)
 
     @property
     def wants_retrieval(self) -> bool:

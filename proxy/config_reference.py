@@ -19,7 +19,8 @@ from typing import Any, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from proxy.config import AuthConfig, Config, LimitsConfig, TenantConfig
+from proxy.auth_config import AuthConfig
+from proxy.config import Config, LimitsConfig, TenantConfig
 from proxy.pool_config import PoolConfig, UpstreamConfig
 from proxy.prompt_config import PromptConfig
 from proxy.retrieval_config import AnswerCacheConfig, RedisConfig, RetrievalConfig, TenantRetrieval

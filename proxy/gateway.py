@@ -69,7 +69,7 @@ class Gateway:
         secret = await asyncio.to_thread(deployment_secret, config.resolved_salt_secret, config.data_dir)
         tenants = tenant_policies(config, secret)
         # Default labels: the tenants API keys name (in open mode, its one tenant), by name.
-        named = sorted(set(config.resolved_keys.values())) or [OPEN_TENANT]
+        named = sorted(config.reachable_tenants)
         labelled = config.metrics.tenants if config.metrics.tenants is not None else named
         metrics.label_tenants(labelled, config.metrics.max_tenants)
         wants_answers = any(t.answer_ttl for t in tenants.values())

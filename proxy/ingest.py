@@ -194,7 +194,7 @@ def run(args: Any) -> int:
         return 2
     own = config.tenants.get(args.tenant)
     collection = args.collection or (own.retrieval.collection if own and own.retrieval else "prefixgate")
-    if args.tenant not in (set(config.resolved_keys.values()) or {OPEN_TENANT}):
+    if args.tenant not in config.reachable_tenants:
         print(f"prefixgate ingest: warning: no API key in this config names tenant '{args.tenant}', so no request "
               "will get these documents until one does (without keys every request is tenant "
               f"'{OPEN_TENANT}')", file=sys.stderr)
