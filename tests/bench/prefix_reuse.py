@@ -6,6 +6,8 @@ one (fresh values on every request), each sent straight to vLLM and through pref
       message (dynamic: a different time each request; static: the same one);
   (b) a ~1,500-token agent system prompt with a tool schema, a `Current time:` line and a trace ID
       at its top, and a different user question each request (dynamic: fresh time and ID each).
+The dynamic variants also go through a second prefixgate that strips labelled IDs
+(prompt.actions {id: strip}) instead of moving them to the note.
 Before each cell the engine's prefix cache is reset (vLLM's dev endpoint POST /reset_prefix_cache).
 Reported per cell: vLLM's own hit rate (deltas of vllm:prefix_cache_hits_total over
 vllm:prefix_cache_queries_total, both counted in prompt tokens) and the client's time to first token
@@ -193,11 +195,14 @@ def summarize(samples: list[float], hits: float, queries: float, requests: int) 
             "ttft_p95_ms": samples[int(len(samples) * 0.95) - 1], "prompt_tokens": queries / requests}
 
 
-def start_gateway(engine_base: str, model: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_gateway(engine_base: str, model: str, workdir: Path, name: str = "prefixgate",
+                  actions: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """prefixgate in front of the engine; ``actions`` are its ``prompt.actions`` (e.g. ``{"id": "strip"}``)."""
     process, origin = start_prefixgate({
         "pools": [{"name": "bench", "replicas": [engine_base], "models": [model]}],
-        "prompt": {"scope": "history"},  # workload (a) puts its timestamp in the first user turn
-    }, workdir)
+        # workload (a) puts its timestamp in the first user turn
+        "prompt": {"scope": "history", "actions": actions or {}},
+    }, workdir, name)
     return process, origin + "/v1"
 
 
@@ -208,47 +213,72 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     labels = [f"({r['workload'].split(':')[0]}) {r['variant']}\n{r['via'].replace(', ', chr(10))}" for r in results]
-    colors = [{"direct": "#8c8c8c", "prefixgate": "#2b7bb9"}.get(r["via"], "#9ecae1") for r in results]
+    colors = [{"direct": "#8c8c8c", "prefixgate": "#2b7bb9", STRIPPED: "#08306b"}.get(r["via"], "#9ecae1")
+              for r in results]
     figure, (rate_axis, ttft_axis) = plt.subplots(1, 2, figsize=(16, 4.6))
-    rate_axis.bar(labels, [r["hit_rate"] * 100 for r in results], color=colors)
-    rate_axis.set_ylabel("vLLM prefix-cache hit rate (%)")
+    for axis, key, scale in ((rate_axis, "hit_rate", 100), (ttft_axis, "ttft_mean_ms", 1)):
+        per_round = [[run[key] * scale for run in r["runs"]] for r in results]
+        middle = [statistics.median(values) for values in per_round]
+        axis.bar(labels, middle, color=colors,
+                 yerr=[[m - min(v) for m, v in zip(middle, per_round, strict=True)],
+                       [max(v) - m for m, v in zip(middle, per_round, strict=True)]], capsize=3)
+    rate_axis.set_ylabel("vLLM prefix-cache hit rate (%), median of rounds")
     rate_axis.set_ylim(0, 100)
-    ttft_axis.bar(labels, [r["ttft_mean_ms"] for r in results], color=colors)
-    ttft_axis.set_ylabel("client TTFT mean (ms)")
+    ttft_axis.set_ylabel("client TTFT mean (ms), median of rounds")
     for axis in (rate_axis, ttft_axis):
         axis.tick_params(axis="x", labelsize=6.5)
-    figure.suptitle("Prefix reuse: direct to vLLM (grey), through prefixgate (blue), "
+    figure.suptitle("Prefix reuse: direct to vLLM (grey), through prefixgate (blue; dark: IDs stripped), "
                     "prefixgate's rewritten body sent directly (light blue)")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 
 
+STRIPPED = "prefixgate, IDs stripped"  # prompt.actions {id: strip}
+
+
+def _spread(values: list[float], fmt: str, unit: str = "") -> str:
+    """``values``' median with their range: how a figure from several rounds is quoted."""
+    return (f"{format(statistics.median(values), fmt)}{unit} "
+            f"({format(min(values), fmt)}-{format(max(values), fmt)})")
+
+
 def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [f"Run of {meta['date']} on {meta['where']}; {meta['rounds']} rounds of {meta['requests']} requests per "
              f"cell from a cold cache, one request at a time, {meta['output_tokens']} output tokens; engine block size "
-             f"{meta['block_size']} tokens.", "",
+             f"{meta['block_size']} tokens. Hit rate and TTFT mean: the median of the rounds (range); "
+             "p50 and p95 over all rounds' requests.", "",
              "| workload | variant | via | prompt tokens | hit rate | TTFT mean (ms) | TTFT p50 (ms) | TTFT p95 (ms) |",
              "|---|---|---|---|---|---|---|---|"]
     for r in results:
+        rounds = r["runs"]
         lines.append(f"| {r['workload']} | {r['variant']} | {r['via']} | {r['prompt_tokens']:.0f} | "
-                     f"{r['hit_rate']:.3f} | {r['ttft_mean_ms']:.1f} | {r['ttft_p50_ms']:.1f} | "
+                     f"{_spread([run['hit_rate'] for run in rounds], '.3f')} | "
+                     f"{_spread([run['ttft_mean_ms'] for run in rounds], '.1f')} | {r['ttft_p50_ms']:.1f} | "
                      f"{r['ttft_p95_ms']:.1f} |")
     lines += ["",
-              "Dynamic through prefixgate against static (ratios), and where its extra TTFT over direct static goes:",
-              "", "| workload | hit rate vs direct static | vs static through prefixgate | TTFT vs direct static | "
-              "vs static through prefixgate | + prompt (rewritten body, direct) | + hop (through prefixgate) |",
-              "|---|---|---|---|---|---|---|"]
+              "Dynamic through prefixgate against static, each ratio taken within a round (median of the rounds, "
+              "range), and where its extra TTFT over direct static goes (medians of the rounds):",
+              "", "| workload | dynamic via | hit rate vs direct static | vs static through prefixgate | "
+              "TTFT vs direct static | vs static through prefixgate | + prompt (rewritten body, direct) | "
+              "+ hop (through prefixgate) |", "|---|---|---|---|---|---|---|---|"]
     for workload in sorted({r["workload"] for r in results}):
-        cell = {(r["variant"], r["via"]): r for r in results if r["workload"] == workload}
-        base, ours = cell[("static", "direct")], cell[("dynamic", "prefixgate")]
-        ours_static, rewritten = cell[("static", "prefixgate")], cell[("dynamic", "direct, rewritten")]
-        lines.append(
-            f"| {workload} | {ours['hit_rate'] / max(base['hit_rate'], 1e-9):.3f} | "
-            f"{ours['hit_rate'] / max(ours_static['hit_rate'], 1e-9):.3f} | "
-            f"{ours['ttft_mean_ms'] / base['ttft_mean_ms']:.2f}x | "
-            f"{ours['ttft_mean_ms'] / ours_static['ttft_mean_ms']:.2f}x | "
-            f"{rewritten['ttft_mean_ms'] - base['ttft_mean_ms']:+.1f} ms | "
-            f"{ours['ttft_mean_ms'] - rewritten['ttft_mean_ms']:+.1f} ms |")
+        cell = {(r["variant"], r["via"]): r["runs"] for r in results if r["workload"] == workload}
+        for via in ("prefixgate", STRIPPED):
+            if ("dynamic", via) not in cell:  # a result file from before the stripped cell
+                continue
+            rounds = list(zip(cell[("static", "direct")], cell[("dynamic", via)], cell[("static", "prefixgate")],
+                              cell[("dynamic", "direct, rewritten")], strict=True))
+            hit_vs_base = [ours["hit_rate"] / max(base["hit_rate"], 1e-9) for base, ours, _, _ in rounds]
+            hit_vs_static = [ours["hit_rate"] / max(static["hit_rate"], 1e-9) for _, ours, static, _ in rounds]
+            ttft_vs_base = [ours["ttft_mean_ms"] / base["ttft_mean_ms"] for base, ours, _, _ in rounds]
+            ttft_vs_static = [ours["ttft_mean_ms"] / static["ttft_mean_ms"] for _, ours, static, _ in rounds]
+            prompt = [rewritten["ttft_mean_ms"] - base["ttft_mean_ms"] for base, _, _, rewritten in rounds]
+            hop = [ours["ttft_mean_ms"] - rewritten["ttft_mean_ms"] for _, ours, _, rewritten in rounds]
+            split = (f"{statistics.median(prompt):+.1f} ms | {statistics.median(hop):+.1f} ms" if via == "prefixgate"
+                     else "- | -")
+            lines.append(
+                f"| {workload} | {via} | {_spread(hit_vs_base, '.3f')} | {_spread(hit_vs_static, '.3f')} | "
+                f"{_spread(ttft_vs_base, '.2f', 'x')} | {_spread(ttft_vs_static, '.2f', 'x')} | {split} |")
     return "\n".join(lines)
 
 
@@ -278,6 +308,8 @@ def main() -> None:
         where = args.where or (f"{machine.machine()} (engine process on one core; gateway and client on the "
                                f"others), {machine.vllm_version()}, tiny model")
     gateway, gateway_base = start_gateway(origin + "/v1", args.model, workdir)
+    # IDs that mean nothing to the model dropped instead of moved to the note (the hit-rate target allows it)
+    stripping, stripping_base = start_gateway(origin + "/v1", args.model, workdir, "prefixgate-strip", {"id": "strip"})
     workloads = {
         "a: multi-turn, timestamp in first user turn": lambda dynamic: workload_a(dynamic, args.turns, args.sentences),
         "b: agent system prompt + tools, time + trace ID": lambda dynamic: workload_b(dynamic, args.sentences * 2),
@@ -297,20 +329,24 @@ def main() -> None:
             # The body prefixgate sends, sent directly: splits prefixgate's TTFT into the hop and the prompt.
             cells += [(name, "dynamic", "direct, rewritten", origin + "/v1", as_rewritten(make(True)))
                       for name, make in workloads.items()]
-            totals: dict[tuple[str, str, str], tuple[list[float], float, float]] = {}
-            for _ in range(args.rounds):  # every cell once per round, so drift over the run hits all alike
+            cells += [(name, "dynamic", STRIPPED, stripping_base, make(True)) for name, make in workloads.items()]
+            rounds: dict[tuple[str, str, str], list[tuple[list[float], float, float]]] = {}
+            for number in range(args.rounds):  # every cell once per round, so drift over the run hits all alike
                 for name, variant, via, base, body in cells:
-                    samples, hits, queries = run_cell(client, origin, base, body, args.requests, args.model,
-                                                      args.output_tokens)
-                    before = totals.get((name, variant, via), ([], 0.0, 0.0))
-                    totals[(name, variant, via)] = (before[0] + samples, before[1] + hits, before[2] + queries)
-            for (name, variant, via), (samples, hits, queries) in totals.items():
+                    measured = run_cell(client, origin, base, body, args.requests, args.model, args.output_tokens)
+                    rounds.setdefault((name, variant, via), []).append(measured)
+                    print(f"round {number + 1}", name[:2], variant, via,
+                          json.dumps(summarize(*measured, args.requests)), flush=True)
+            for (name, variant, via), measured in rounds.items():
+                pooled = ([ms for samples, _, _ in measured for ms in samples],
+                          sum(hits for _, hits, _ in measured), sum(queries for _, _, queries in measured))
                 results.append({"workload": name, "variant": variant, "via": via,
-                                **summarize(samples, hits, queries, args.requests * args.rounds)})
-                print(json.dumps(results[-1]), flush=True)
+                                **summarize(*pooled, args.requests * args.rounds),
+                                "runs": [summarize(*one, args.requests) for one in measured]})
     finally:
-        gateway.terminate()
-        gateway.wait(30)
+        for process in (gateway, stripping):
+            process.terminate()
+            process.wait(30)
         if engine is not None:
             engine.stop()
     meta = {"date": datetime.now().strftime("%Y-%m-%d"), "where": where, "requests": args.requests,

@@ -14,8 +14,8 @@ Three experiments, each against tiny-model engines started here (compute thread 
             requests' TTFT p50/p95, output tokens per second, per-pass paired p95 ratios.
   overload  one engine behind a pool with max_in_flight; capacity measured closed-loop at that
             concurrency, then open-loop arrivals at 0.3x and 3x capacity through prefixgate, and 3x
-            sent directly. Reported: admitted requests' TTFT p50/p99, the share shed, how fast a
-            shed request is answered.
+            sent directly, --repeats passes. Reported: admitted requests' TTFT p50/p99, the share
+            shed, how fast a shed request is answered.
 Writes the tables into docs/benchmarks.md (block --name, "routing" by default), the numbers to
 docs/NAME.json, plots to docs/NAME.png (matplotlib: pip install -e '.[bench]').
 
@@ -29,12 +29,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import random
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -356,7 +358,9 @@ def _overload_row(outcomes: list[Outcome], wall: float, rate: float) -> dict[str
 
 
 def run_overload(engine: LocalEngine, workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """The engine has its core; prefixgate and the client get the others, as on separate hardware."""
+    """The engine has its core; prefixgate and the client get the others, as on separate hardware.
+    Each of ``args.repeats`` passes sends every case its own arrivals (the pass's seed), interleaved;
+    rows hold medians over passes, ``runs`` each pass, ``ratios`` each pass's admitted-p99 ratio."""
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) >= 2:
         os.sched_setaffinity(0, set(cores) - {cores[-1]})  # the gateway started below inherits this
@@ -369,20 +373,33 @@ def run_overload(engine: LocalEngine, workdir: Path, args: argparse.Namespace) -
     config = {"pools": [{"name": "chat", "replicas": [engine.origin + "/v1"], "models": [MODEL],
                          "max_in_flight": args.max_in_flight, "queue_size": args.queue_size,
                          "queue_timeout": 5}]}
-    gateway, origin = start_gateway(config, workdir, "overload")
-    results: dict[str, Any] = {"capacity_req_per_s": capacity, "max_in_flight": args.max_in_flight,
-                               "queue_size": args.queue_size}
-    try:
-        for name, target, factor in (("prefixgate, 0.3x capacity", origin, 0.3),
-                                     ("prefixgate, 3x capacity", origin, 3.0),
-                                     ("direct, 3x capacity", engine.origin, 3.0)):
-            rate = capacity * factor
-            outcomes, wall = uvloop.run(open_loop(target, overload_request, rate, args.overload_seconds, 3))
-            results[name] = _overload_row(outcomes, wall, rate)
-            print("overload", name, json.dumps(results[name]), flush=True)
-    finally:
-        stop_gateway(gateway)
-    return results
+    cases = (("prefixgate, 0.3x capacity", True, 0.3), ("prefixgate, 3x capacity", True, 3.0),
+             ("direct, 3x capacity", False, 3.0))
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in cases}
+    for number in range(args.repeats):
+        gateway, origin = start_gateway(config, workdir, "overload")
+        try:
+            for name, through_gateway, factor in cases:
+                rate = capacity * factor
+                target = origin if through_gateway else engine.origin
+                outcomes, wall = uvloop.run(open_loop(target, overload_request, rate, args.overload_seconds,
+                                                      3 + number))
+                runs[name].append(_overload_row(outcomes, wall, rate))
+                print("overload", number + 1, name, json.dumps(runs[name][-1]), flush=True)
+        finally:
+            stop_gateway(gateway)
+    rows = {name: {**{key: _median(row[key] for row in passes) for key in passes[0]}, "runs": passes}
+            for name, passes in runs.items()}
+    calm, loaded = runs["prefixgate, 0.3x capacity"], runs["prefixgate, 3x capacity"]
+    return {"capacity_req_per_s": capacity, "max_in_flight": args.max_in_flight, "queue_size": args.queue_size,
+            "cases": rows,
+            "ratios": [hot["ttft_p99_ms"] / cool["ttft_p99_ms"] for cool, hot in zip(calm, loaded, strict=True)]}
+
+
+def _median(values: Iterable[float]) -> float:
+    """The median, NaN when any value is (a case that shed nothing has no shed latency)."""
+    values = list(values)
+    return float("nan") if any(math.isnan(v) for v in values) else statistics.median(values)
 
 
 # ---- report ---------------------------------------------------------------------------------------
@@ -435,16 +452,17 @@ def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
         lines += [f"**Overload** (1 engine; capacity {over['capacity_req_per_s']:.1f} req/s measured at "
                   f"{over['max_in_flight']} in flight; pool max_in_flight {over['max_in_flight']}, queue_size "
                   f"{over['queue_size']}; 80-word prompts, 32 output tokens; {meta['overload_seconds']} s of Poisson "
-                  "arrivals):", "",
-                  "| sent | offered (req/s) | admitted | shed | admitted TTFT p50 (ms) | admitted TTFT p99 (ms) | "
-                  "shed answer p50 / p99 / max (ms) |", "|---|---|---|---|---|---|---|"]
-        for name, row in over.items():
-            if isinstance(row, dict):
-                lines.append(f"| {name} | {row['rate']:.1f} | {row['admitted']} | {row['shed']} | "
-                             f"{row['ttft_p50_ms']:.0f} | {row['ttft_p99_ms']:.0f} | "
-                             f"{row['shed_p50_ms']:.1f} / {row['shed_p99_ms']:.1f} / {row['shed_max_ms']:.1f} |")
-        calm, loaded = over["prefixgate, 0.3x capacity"], over["prefixgate, 3x capacity"]
-        lines += ["", f"Admitted TTFT p99 at 3x: {loaded['ttft_p99_ms'] / calm['ttft_p99_ms']:.2f}x the 0.3x run's."]
+                  f"arrivals; {meta['repeats']} passes, medians):", "",
+                  "| sent | offered (req/s) | admitted | shed | admitted TTFT p50 (ms) | admitted TTFT p99 (ms), "
+                  "median (range) | shed answer p50 / p99 / max (ms) |", "|---|---|---|---|---|---|---|"]
+        for name, row in over["cases"].items():
+            p99 = [run["ttft_p99_ms"] for run in row["runs"]]
+            lines.append(f"| {name} | {row['rate']:.1f} | {row['admitted']:.0f} | {row['shed']:.0f} | "
+                         f"{row['ttft_p50_ms']:.0f} | {row['ttft_p99_ms']:.0f} ({min(p99):.0f}-{max(p99):.0f}) | "
+                         f"{row['shed_p50_ms']:.1f} / {row['shed_p99_ms']:.1f} / {row['shed_max_ms']:.1f} |")
+        ratios = over["ratios"]
+        lines += ["", f"Admitted TTFT p99 at 3x: **{statistics.median(ratios):.2f}x** the 0.3x run's (passes' "
+                  f"paired ratios {min(ratios):.2f}-{max(ratios):.2f})."]
     return "\n".join(lines)
 
 
@@ -486,8 +504,12 @@ def plot(results: dict[str, Any], path: Path) -> None:
         axis.legend()
     if "overload" in results:
         axis = axes["overload"]
-        rows = {k: v for k, v in results["overload"].items() if isinstance(v, dict)}
-        axis.bar(list(rows), [r["ttft_p99_ms"] for r in rows.values()], color=["#2b7bb9", "#2b7bb9", "#8c8c8c"])
+        rows = results["overload"]["cases"]
+        medians = [r["ttft_p99_ms"] for r in rows.values()]
+        p99 = [[run["ttft_p99_ms"] for run in r["runs"]] for r in rows.values()]
+        axis.bar(list(rows), medians, color=["#2b7bb9", "#2b7bb9", "#8c8c8c"], capsize=4,
+                 yerr=[[m - min(v) for m, v in zip(medians, p99, strict=True)],
+                       [max(v) - m for m, v in zip(medians, p99, strict=True)]])
         axis.set_yscale("log")
         axis.set_ylabel("admitted TTFT p99 (ms, log)")
         axis.set_title("Overload")
@@ -514,7 +536,7 @@ def main() -> None:
     parser.add_argument("--prompt-words", type=int, default=400)
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3,
-                        help="passes of each affinity and length case (medians reported)")
+                        help="passes of each case (medians reported)")
     parser.add_argument("--home-slack", type=int, default=1, help="the prefixgate pool's home_slack (default 1)")
     parser.add_argument("--length-rate", default="5", help="arrivals per second; a comma list sweeps")
     parser.add_argument("--length-seconds", type=float, default=30.0)
