@@ -13,6 +13,7 @@ from starlette.types import ASGIApp
 
 from proxy import routes
 from proxy.config import Config, config_from_dump
+from proxy.connection_guard import ConnectionGuard, file_limit
 from proxy.errors import OpenAIError, http_exception_handler, openai_error_handler, unexpected_error_handler
 from proxy.gateway import Gateway
 from proxy.generation import FastPath, GenerationRoute
@@ -25,6 +26,7 @@ ENV_RESOLVED_CONFIG = "PREFIXGATE_RESOLVED_CONFIG"
 def create_app(config: Config, *, open_store: StoreOpener | None = None) -> ASGIApp:
     """The gateway's ASGI app; ``open_store`` replaces the configured vector store (a seam for tests)."""
     metrics = Metrics()
+    guard = ConnectionGuard(config.server.connection_limits(file_limit()), metrics.connections)
     generation = {
         "/v1/chat/completions": GenerationRoute("chat", "/chat/completions"),
         "/v1/completions": GenerationRoute("completions", "/completions"),
@@ -55,7 +57,7 @@ def create_app(config: Config, *, open_store: StoreOpener | None = None) -> ASGI
         },
         lifespan=lifespan,
     )
-    return FastPath(starlette, generation)
+    return FastPath(starlette, generation, guard)
 
 
 def app_from_environment() -> ASGIApp:

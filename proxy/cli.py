@@ -23,7 +23,9 @@ from proxy.analyze import add_parser as add_analyze_parser
 from proxy.app import ENV_RESOLVED_CONFIG, create_app
 from proxy.config import Config, ConfigError, dump_config, load_config, with_engine_pool
 from proxy.config_reference import add_reference_parser
+from proxy.connection_guard import raise_file_limit
 from proxy.engine import EngineError, LocalEngine, free_port, vllm_available
+from proxy.guarded_protocol import GuardedHttpToolsProtocol
 from proxy.ingest import add_parser as add_ingest_parser
 from proxy.salt_secret import SecretFileError, deployment_secret
 from proxy.vector_store import StoreInUse, VectorStore
@@ -64,9 +66,13 @@ def _start_engine(config: Config) -> tuple[LocalEngine, Config]:
 def _serve(config: Config) -> None:
     server = config.server
     options = {
-        "host": server.host, "port": server.port, "loop": "uvloop", "http": "httptools",
+        "host": server.host, "port": server.port, "loop": "uvloop",
         "log_level": "info", "access_log": False, "lifespan": "on",
         "timeout_graceful_shutdown": server.drain_timeout_s,
+        "timeout_keep_alive": server.keepalive_timeout_s,
+        # uvicorn's protocol plus deadlines for receiving a request and a connection cap (ConnectionGuard)
+        "http": GuardedHttpToolsProtocol,
+        "ws": "none",  # no WebSocket routes; an upgrade would also hand the connection out of the guard's sight
         # prefixgate never reads the client address, so skip uvicorn's X-Forwarded-For rewriting:
         # one middleware frame and a header scan less on every request.
         "proxy_headers": False,
@@ -77,11 +83,11 @@ def _serve(config: Config) -> None:
         log.warning("tenants %s: no API key names them, so no request will get their settings (retrieval, limits, "
                     "prompt); give each a key in auth.keys%s", ", ".join(config.unreachable_tenants),
                     " (without keys every request is tenant 'default')" if not config.auth.keys else "")
-    # Everything imported so far lives for the whole process: keep it out of every GC pass, and collect
-    # young objects less often, so the collector does not stall relays mid-stream.
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(20_000, 20, 20)
+    files = raise_file_limit()
+    log.info("client connections: at most %d per process (server.max_connections), headers within %g s, "
+             "bodies within %g s", server.connection_limits(files).max_connections, server.header_timeout_s,
+             server.body_timeout_s)
+    settle_garbage_collector()
     log.info("prefixgate listening on http://%s:%d/v1", server.host, server.port)
     if server.workers == 1:
         uvicorn.run(create_app(config), **options)
@@ -89,6 +95,14 @@ def _serve(config: Config) -> None:
         os.environ[ENV_RESOLVED_CONFIG] = dump_config(config)
         with shared_metrics_dir():
             uvicorn.run("proxy.app:app_from_environment", factory=True, workers=server.workers, **options)
+
+
+def settle_garbage_collector() -> None:
+    """Everything imported so far lives for the whole process: keep it out of every GC pass, and collect
+    young objects less often, so the collector does not stall relays mid-stream."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
 
 
 def _check_store_free(config: Config) -> None:

@@ -28,6 +28,7 @@ from policies.validate import validate_request
 from proxy.admission import Admitted
 from proxy.answer_store import send_stored_answer
 from proxy.body import ClientGone, decode_json, read_body
+from proxy.connection_guard import ConnectionGuard
 from proxy.dispatch import UpstreamCall
 from proxy.errors import OpenAIError
 from proxy.gateway import Gateway, TenantPolicy
@@ -255,13 +256,17 @@ class GenerationRoute:
 
 
 class FastPath:
-    """Send POSTs on the generation paths straight to their routes; everything else to ``app``."""
+    """Send POSTs on the generation paths straight to their routes; everything else to ``app``. It is
+    the app uvicorn serves, so it also carries the ``connection_guard`` that the server's protocol
+    (``GuardedHttpToolsProtocol``) reports connections to."""
 
-    __slots__ = ("app", "routes")
+    __slots__ = ("app", "connection_guard", "routes")
 
-    def __init__(self, app: ASGIApp, routes: dict[str, GenerationRoute]) -> None:
+    def __init__(self, app: ASGIApp, routes: dict[str, GenerationRoute],
+                 connection_guard: ConnectionGuard | None = None) -> None:
         self.app = app
         self.routes = routes
+        self.connection_guard = connection_guard
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":

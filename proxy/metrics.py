@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.multiprocess import mark_process_dead
 
+from proxy.connection_metrics import ConnectionMetrics
 from proxy.load_metrics import LoadCollector, LoadGauges
 from proxy.worker_metrics import forget_dead_workers, multiprocess_dir, render_all_workers
 
@@ -173,6 +174,7 @@ class Metrics:
         self._tenant_children: dict[str, tuple[Histogram, Histogram, Counter]] = {}
         self._ttft_children: dict[str, Histogram] = {}
         self._choice_children: dict[tuple[str, ...], Counter] = {}
+        self.connections = ConnectionMetrics(self.registry)
 
     def label_tenants(self, tenants: list[str], most: int) -> None:
         """Give these tenants (the first ``most``) their own label value; all others count as other."""

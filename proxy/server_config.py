@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field
 
 from policies.input_limits import InputLimits
+from proxy.connection_guard import ConnectionLimits, default_max_connections
 from proxy.frozen import Frozen as _Frozen
 
 
@@ -22,6 +23,22 @@ class ServerConfig(_Frozen):
     """uvicorn worker processes. With more than one, /metrics adds up every worker's metrics from files in
     `PROMETHEUS_MULTIPROC_DIR` (emptied at start), else in a temporary folder; rate limits and caches are per worker
     unless `redis` is set"""
+    header_timeout_s: float = Field(10.0, gt=0)
+    """a client must send a request's headers within this many seconds of connecting, or of the request's first
+    byte on a kept-alive connection; past it the connection is closed, with a 408 if a request had begun. Answers,
+    however long, are never cut"""
+    body_timeout_s: float = Field(30.0, gt=0)
+    """a client must send a request's whole body within this many seconds after its headers, or get a 408 and a
+    closed connection (a body of `max_body_bytes` then needs about 140 kB/s)"""
+    keepalive_timeout_s: float = Field(5.0, gt=0)
+    """a kept-alive connection that begins no next request within this many seconds of its last answer is closed
+    (bytes that begin no request do not extend it). Behind a load balancer that reuses connections, set it above
+    the balancer's idle timeout"""
+    max_connections: int | None = Field(None, ge=1, json_schema_extra={"shown_default": "auto"})
+    """open client connections per worker process; auto = min(10000, (open-file limit - 256) / 2), the limit
+    first raised to its hard maximum. Past it a new connection closes the one that has waited longest for its
+    request (never one being answered); when all are being answered it gets 503 `too_many_connections`, unless
+    it asks for `/health`, `/ready` or `/metrics`"""
     drain_timeout_s: float = Field(30.0, gt=0)
     """after SIGTERM: how long answers in flight may take to finish (new connections are refused at
     once); past it each gets a `shutting_down` error (a 503, or a last SSE event) and the process exits"""
@@ -36,13 +53,18 @@ class ServerConfig(_Frozen):
     many characters gets 400 `content_too_long`"""
     max_inputs: int = Field(2048, ge=1)
     """completions prompts or embeddings inputs per request; more get 400 `too_many_inputs`"""
-
-    def input_limits(self) -> InputLimits:
-        return InputLimits(self.max_json_depth, self.max_messages, self.max_content_chars, self.max_inputs)
     http_client: Literal["aiohttp", "httpx"] = "aiohttp"
     """upstream HTTP client: `aiohttp` or `httpx`"""
     ready_timeout: float = Field(2.0, gt=0)
     """seconds for each replica probe of `/ready` and model discovery"""
+
+    def input_limits(self) -> InputLimits:
+        return InputLimits(self.max_json_depth, self.max_messages, self.max_content_chars, self.max_inputs)
+
+    def connection_limits(self, file_limit: int) -> ConnectionLimits:
+        """The deadlines and cap for client connections; ``file_limit`` sizes the automatic cap."""
+        cap = self.max_connections or default_max_connections(file_limit)
+        return ConnectionLimits(self.header_timeout_s, self.body_timeout_s, self.keepalive_timeout_s, cap)
 
 
 class EngineConfig(_Frozen):

@@ -19,6 +19,7 @@ import yaml
 
 from proxy.app import create_app
 from proxy.config import Config, build_config
+from proxy.guarded_protocol import GuardedHttpToolsProtocol
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.redis_server import RedisServer
 from tests.support.servers import free_port, serve_in_thread
@@ -64,7 +65,9 @@ def start_proxy(tmp_path: Path) -> Iterator[Callable[..., str]]:
 
         def start(data: dict[str, Any], env: dict[str, str] | None = None, **seams: Any) -> str:
             config = make_config({"data_dir": str(tmp_path / "data"), **data}, env)
-            return stack.enter_context(serve_in_thread(create_app(config, **seams)))
+            # the protocol `prefixgate serve` runs, with its deadlines and connection cap
+            app = create_app(config, **seams)
+            return stack.enter_context(serve_in_thread(app, http=GuardedHttpToolsProtocol))
 
         yield start
 

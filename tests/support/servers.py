@@ -20,10 +20,8 @@ __all__ = ["free_port", "serve_in_thread"]
 def serve_in_thread(app: Any, port: int | None = None, **options: Any) -> Iterator[str]:
     """Yield the server's base URL (http://127.0.0.1:PORT) while it runs; stop it afterwards."""
     port = port or free_port()
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", access_log=False,
-        loop="asyncio", http="httptools", lifespan="on", **options,
-    )
+    config = uvicorn.Config(app, **{"host": "127.0.0.1", "port": port, "log_level": "warning", "access_log": False,
+                                    "loop": "asyncio", "http": "httptools", "lifespan": "on", **options})
     server = uvicorn.Server(config)
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
     thread.start()
