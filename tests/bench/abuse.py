@@ -19,7 +19,7 @@ per request, medians.
 
 Writes the table into docs/reliability.md (block "abuse") and the numbers to docs/abuse.json.
 
-    python tests/bench/abuse.py [--floods 1000,5000,limit] [--hold 45] [--rounds 3]
+    python tests/bench/abuse.py [--floods 1000,5000,limit] [--hold 45] [--rounds 5]
 
 A flood size of `limit` is as many connections as the open-file limit lets the attacker hold (the limit
 less ATTACKER_FILES): more than the gateway can have open, as on the machine this was first seen on.
@@ -285,7 +285,7 @@ def main() -> None:
     parser.add_argument("--kinds", default="slow-header,slow-body")
     parser.add_argument("--hold", type=float, default=45.0, help="seconds each flood lasts")
     parser.add_argument("--seconds", type=int, default=8, help="wrk seconds per cost round")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", default=str(ROOT / "docs" / "reliability.md"))
     parser.add_argument("--attack", help=argparse.SUPPRESS)
     parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
