@@ -105,15 +105,18 @@ def proxy(fake: FakeServer, tmp_path: Path) -> Iterator[str]:
         yield origin
 
 
-def test_slow_headers_get_a_408_and_are_closed_while_others_are_served(proxy: str) -> None:
+@pytest.mark.parametrize("http_client", ["aiohttp", "httpx"])
+def test_slow_headers_get_a_408_and_are_closed_while_others_are_served(
+        fake: FakeServer, tmp_path: Path, http_client: str) -> None:
     headers = [b"POST /v1/chat/completions HTTP/1.1\r\n"] + [b"X-Slow-%d: 1\r\n" % i for i in range(100)]
-    with WellBehaved(proxy) as client, connect(proxy) as sock:
-        received, lived = trickle_until_closed(sock, headers, every=0.3)
-    assert received.startswith(b"HTTP/1.1 408 ")
-    assert orjson.loads(received.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "request_timeout"
-    assert HEADER_S - 0.1 < lived < HEADER_S + SLACK_S
-    assert client.statuses and set(client.statuses) == {200}
-    assert metric(proxy, "prefixgate_connections_closed_total", reason="header_timeout") == 1
+    with gateway(fake, tmp_path, http_client=http_client) as origin:
+        with WellBehaved(origin) as client, connect(origin) as sock:
+            received, lived = trickle_until_closed(sock, headers, every=0.3)
+        assert received.startswith(b"HTTP/1.1 408 ")
+        assert orjson.loads(received.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "request_timeout"
+        assert HEADER_S - 0.1 < lived < HEADER_S + SLACK_S
+        assert client.statuses and set(client.statuses) == {200}
+        assert metric(origin, "prefixgate_connections_closed_total", reason="header_timeout") == 1
 
 
 def test_a_trickled_body_gets_a_408_and_is_closed_while_others_are_served(proxy: str) -> None:
