@@ -49,7 +49,7 @@ class UpstreamCall(Exchange):
             if watch.gone:
                 self.status = CLIENT_CLOSED
             if self.replica is not None:
-                self.replica.in_flight -= 1  # the replica that took it last, after any retry
+                self.replica.release()  # the replica that took it last, after any retry
             if self.holds_slot:
                 self.gate.release()  # type: ignore[union-attr]
             ended = perf_counter()

@@ -103,8 +103,7 @@ class Exchange:
     def _take(self, replica: Replica) -> None:
         if self.taken_at is None:
             self.taken_at = perf_counter()
-        replica.in_flight += 1
-        replica.taken += 1
+        replica.take()
         self.replica = replica
         self.url = replica.base_url + self.path
 
@@ -191,11 +190,11 @@ class Exchange:
                         return reply
                     await reply.close(abort=True)
                 if attempt == 0:
-                    pool.retrying += 1
+                    pool.retry_started()
                 attempt += 1
         finally:
             if attempt:
-                pool.retrying -= 1
+                pool.retry_ended()
 
     def _retry_elsewhere(self, attempt: int, *, connect_failed: bool, status: int) -> bool:
         """Move this request to another replica if the failure, the budget and the pool allow it."""
@@ -209,7 +208,7 @@ class Exchange:
         other = pool.alternate(self.replica)
         if other is None:
             return False
-        self.replica.in_flight -= 1
+        self.replica.release()
         self._take(other)
         self.metrics.upstream_retry(pool.name)
         return True

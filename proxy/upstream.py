@@ -64,6 +64,15 @@ class Replica:
         self.rules = rules
         self.pool = pool
 
+    def take(self) -> None:
+        """A request of this process goes to this replica: the load the replica choice counts. Every
+        ``take`` has one ``release``, after any retry moved the request on or when its answer ends."""
+        self.in_flight += 1
+        self.taken += 1
+
+    def release(self) -> None:
+        self.in_flight -= 1
+
     def others_at(self, now: float) -> int:
         """Other senders' requests at this engine, while the reading that found them is fresh."""
         return self.others if now < self.others_until else 0
@@ -113,7 +122,7 @@ class Pool:
         self._turn = itertools.count()
         self.retries = config.retries
         self.retry_budget = config.retry_budget
-        self.retrying = 0  # retries under way, against the budget
+        self.retrying = 0  # requests retrying, against the budget: retry_started() ... retry_ended()
         self._affine = config.balance == "prefix" and len(self.replicas) > 1
         self._ring = HashRing([r.base_url for r in self.replicas])
         self._load_bound = config.load_bound
@@ -237,6 +246,13 @@ class Pool:
 
         results = await asyncio.gather(*(one(r) for r in self.replicas))
         return {r.base_url: ok for r, ok in zip(self.replicas, results, strict=True)}
+
+    def retry_started(self) -> None:
+        """A request moves to its first retry; it counts against ``retry_budget`` until ``retry_ended``."""
+        self.retrying += 1
+
+    def retry_ended(self) -> None:
+        self.retrying -= 1
 
     def in_flight(self) -> int:
         return sum(r.in_flight for r in self.replicas)

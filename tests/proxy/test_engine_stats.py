@@ -155,7 +155,8 @@ class _RaceTransport:
 
     async def get(self, url: str, timeout: float) -> tuple[int, bytes]:
         assert self.replica is not None
-        self.replica.taken += 1  # sent, and still running at the engine when it wrote its metrics
+        self.replica.take()  # sent, and still running at the engine when it wrote its metrics ...
+        self.replica.release()  # ... and ended before the reading was parsed
         return 200, b'vllm:num_requests_running{engine="0"} 1.0\nvllm:num_requests_waiting{engine="0"} 0.0\n'
 
 
