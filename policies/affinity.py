@@ -12,7 +12,7 @@ request stays within ``bound`` times the mean (Mirrokni, Thorup and Zadimoghadda
 Hashing with Bounded Loads", 2018); otherwise the walk goes on clockwise to the next replica, which
 is the same "second choice" in every process. A replica's load is this process's requests in
 flight plus, where its engine's /metrics were read lately, the requests other senders have there
-(policies/engine_load.py), so processes that share engines see each other's load.
+(``parse_engine_metrics``), so processes that share engines see each other's load.
 
 Each spill costs the replica it lands on a cold prefill of the prefix, unless that replica served
 the prefix lately (the caller's ``warm`` mask, kept per process). So a prefix's requests go to the

@@ -9,7 +9,7 @@ time until a refused request would fit follows from the oldest entries.
 Tokens are reserved at admission (prompt tokens plus the output reservation) and settled with the
 actual usage when the answer ends, so a short answer gives back what it did not use.
 
-The same algorithm runs in memory here and in Redis (proxy/limiter.lua) when gateways share
+The same algorithm runs in memory here and in Redis (the ``Limiter``'s Lua script) when gateways share
 limits; the caller keeps the window per tenant and passes the clock.
 """
 

@@ -2,7 +2,7 @@
 
 The healthy replica with the fewest requests in flight, ties broken by rotating from ``start`` so
 equal replicas share load. Used by pools with ``balance: least_loaded`` and for embeddings;
-prompts go by prefix (policies/affinity.py) by default.
+prompts go by prefix (``bounded_choice``) by default.
 """
 
 from __future__ import annotations

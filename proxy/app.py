@@ -11,14 +11,14 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from proxy import routes
-from proxy.config import Config, config_from_dump
-from proxy.connection_guard import ConnectionGuard, file_limit
-from proxy.errors import OpenAIError, http_exception_handler, openai_error_handler, unexpected_error_handler
+from proxy.config.gateway import Config, config_from_dump
+from proxy.connections.guard import ConnectionGuard, file_limit
 from proxy.gateway import Gateway
-from proxy.generation import FastPath, GenerationRoute
-from proxy.metrics import Metrics
-from proxy.retrieval import StoreOpener
+from proxy.http import service_routes as routes
+from proxy.http.errors import OpenAIError, http_exception_handler, openai_error_handler, unexpected_error_handler
+from proxy.http.generation import FastPath, GenerationRoute
+from proxy.observability.metrics import Metrics
+from proxy.retrieval.retriever import StoreOpener
 
 ENV_RESOLVED_CONFIG = "PREFIXGATE_RESOLVED_CONFIG"
 

@@ -13,22 +13,22 @@ from policies.lines import LineScanner
 from policies.prompt import PromptPolicy
 from policies.templates import compile_template
 from policies.volatile import custom_detectors
-from proxy.access_log import AccessLog
-from proxy.admission import Admission, TenantAdmission
-from proxy.answer_store import AnswerStore
-from proxy.auth import OPEN_TENANT, KeyTable
-from proxy.config import Config, LimitsConfig
-from proxy.limiter import open_limiter
-from proxy.litellm_pool import load_litellm
-from proxy.metrics import Metrics
-from proxy.prefix_meter import PrefixMeter
-from proxy.prompt_config import PromptConfig
-from proxy.retrieval import Retriever, StoreOpener
-from proxy.retrieval_config import TenantRetrieval
-from proxy.salt_secret import deployment_secret
-from proxy.shared_cache import tiered_cache
-from proxy.token_count import TokenCounter
-from proxy.upstream import Upstreams
+from proxy.admission.rate_limiter import open_limiter
+from proxy.admission.request_admission import Admission, TenantAdmission
+from proxy.admission.token_count import TokenCounter
+from proxy.auth.keys import OPEN_TENANT, KeyTable
+from proxy.auth.salt_secret import deployment_secret
+from proxy.caches.answers import AnswerStore
+from proxy.caches.tiered import tiered_cache
+from proxy.config.gateway import Config, LimitsConfig
+from proxy.config.prompt import PromptConfig
+from proxy.config.retrieval import TenantRetrieval
+from proxy.observability.access_log import AccessLog
+from proxy.observability.metrics import Metrics
+from proxy.observability.prefix_meter import PrefixMeter
+from proxy.retrieval.retriever import Retriever, StoreOpener
+from proxy.upstream.litellm_pool import load_litellm
+from proxy.upstream.pools import Upstreams
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from proxy.app import create_app
-from proxy.config import Config, build_config
-from proxy.guarded_protocol import GuardedHttpToolsProtocol
+from proxy.config.gateway import Config, build_config
+from proxy.connections.protocol import GuardedHttpToolsProtocol
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.redis_server import RedisServer
 from tests.support.servers import free_port, serve_in_thread
@@ -102,7 +102,7 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFIXGATE_")}
     log = open(data_dir / "prefixgate.log", "wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config_path)],
+        [sys.executable, "-m", "proxy", "serve", "--config", str(config_path)],
         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
     )
     proxy = f"http://127.0.0.1:{proxy_port}"

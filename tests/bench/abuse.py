@@ -47,8 +47,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from proxy.connection_guard import default_max_connections, raise_file_limit  # noqa: E402
-from proxy.engine import free_port  # noqa: E402
+from proxy.connections.guard import default_max_connections, raise_file_limit  # noqa: E402
+from proxy.engine.process import free_port  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.overhead import WRK_SCRIPT, cpu_seconds, run_wrk, wait_http  # noqa: E402
 from tests.bench.processes import stop_gateway  # noqa: E402
@@ -166,8 +166,8 @@ def serve_plain(config_path: str) -> None:
     import uvicorn
 
     from proxy.app import ENV_RESOLVED_CONFIG
-    from proxy.cli import settle_garbage_collector
-    from proxy.config import dump_config, load_config
+    from proxy.commands.cli import settle_garbage_collector
+    from proxy.config.gateway import dump_config, load_config
 
     os.environ[ENV_RESOLVED_CONFIG] = dump_config(load_config(config_path))
     server = yaml.safe_load(Path(config_path).read_text())["server"]
@@ -182,7 +182,7 @@ def start_server(guarded: bool, upstream: str, workdir: Path) -> tuple[subproces
     path.write_text(yaml.safe_dump({"server": {"port": port}, "data_dir": str(workdir),
                                     "pools": [{"name": "bench", "replicas": [upstream + "/v1"],
                                                "models": ["fake-model"]}]}))
-    command = ([sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)] if guarded else
+    command = ([sys.executable, "-m", "proxy", "serve", "--config", str(path)] if guarded else
                [sys.executable, __file__, "--plain-server", str(path)])
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFIXGATE_")}
     with open(workdir / f"gateway-{port}.log", "wb") as log:
@@ -302,7 +302,7 @@ def main() -> None:
         print(json.dumps(uvloop.run(attack(args.port, args.attack, args.size, args.hold))), flush=True)
         return
 
-    from proxy.config import build_config
+    from proxy.config.gateway import build_config
 
     files = raise_file_limit()
     sizes = [files - ATTACKER_FILES if size == "limit" else int(size) for size in args.floods.split(",")]

@@ -32,10 +32,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from policies.evidence import EvidencePolicy, Passage, render_evidence, select_evidence, with_evidence  # noqa: E402
-from proxy.embeddings import LocalMiniLM  # noqa: E402
-from proxy.ingest import ingest  # noqa: E402
-from proxy.retrieval import estimated_tokens  # noqa: E402
-from proxy.vector_store import VectorStore  # noqa: E402
+from proxy.commands.ingest import ingest  # noqa: E402
+from proxy.retrieval.embeddings import LocalMiniLM  # noqa: E402
+from proxy.retrieval.retriever import estimated_tokens  # noqa: E402
+from proxy.retrieval.vector_store import VectorStore  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.prefix_reuse import run_cell, start_engine_on_own_core, summarize  # noqa: E402
 from tests.bench.report import write_block, write_result  # noqa: E402

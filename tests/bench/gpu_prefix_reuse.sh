@@ -6,7 +6,7 @@
 #           and KIT/model/ (config + tokenizer for --load-format dummy: random weights, real shapes)
 #   WHEELS  wheels of prefixgate's own dependencies the machine lacks (orjson, aiocache, qdrant-client...)
 #   OUT     where the engine log, the docs block, the JSON numbers and the plot go
-# The engine gets the tiny CPU model's chat template (proxy/tiny_model.py), which renders the tool
+# The engine gets the tiny CPU model's chat template (proxy/engine/tiny_model.py), which renders the tool
 # schema into the prompt, so workload (b) sends the same text on both engines.
 #
 #   KIT=.gpu WHEELS=.whl OUT=/tmp/out bash tests/bench/gpu_prefix_reuse.sh [prefix_reuse.py options]
@@ -41,7 +41,7 @@ host_cpu=$(python3 -c "import sys; sys.path.insert(0, '.'); from tests.bench.mac
 echo "caption: one $gpu (vLLM $vllm_version, $model_shapes); $host_cpu"
 
 template=$(mktemp --suffix=.jinja)
-python3 -c "import sys; sys.path.insert(0, '.'); from proxy.tiny_model import CHAT_TEMPLATE; sys.stdout.write(CHAT_TEMPLATE)" \
+python3 -c "import sys; sys.path.insert(0, '.'); from proxy.engine.tiny_model import CHAT_TEMPLATE; sys.stdout.write(CHAT_TEMPLATE)" \
   > "$template" || exit 1
 
 start_engine() {  # extra vllm flags...

@@ -43,7 +43,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from proxy.engine import free_port  # noqa: E402
+from proxy.engine.process import free_port  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.report import replace_block, write_result  # noqa: E402
 
@@ -129,7 +129,7 @@ def start_gateway(upstream: str, client: str, workdir: Path) -> tuple[subprocess
         "pools": [{"name": "bench", "replicas": [upstream + "/v1"], "models": ["fake-model"]}],
     }))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFIXGATE_")}
-    process = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-m", "proxy.cli", "serve",
+    process = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-m", "proxy", "serve",
                                 "--config", str(config)], cwd=ROOT, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"

@@ -45,9 +45,9 @@ sys.path.insert(0, str(ROOT))
 
 from policies.cache_salt import tenant_salt  # noqa: E402
 from policies.prompt import PromptPolicy, rewrite_chat  # noqa: E402
-from proxy.auth import OPEN_TENANT  # noqa: E402
-from proxy.engine import LocalEngine, free_port  # noqa: E402
-from proxy.tiny_model import ensure_tiny_model  # noqa: E402
+from proxy.auth.keys import OPEN_TENANT  # noqa: E402
+from proxy.engine.process import LocalEngine, free_port  # noqa: E402
+from proxy.engine.tiny_model import ensure_tiny_model  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.processes import BENCH_SALT_SECRET  # noqa: E402
 from tests.bench.processes import start_gateway as start_prefixgate  # noqa: E402

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import yaml
 
-from proxy.engine import LocalEngine, free_port
-from proxy.tiny_model import ensure_tiny_model
+from proxy.engine.process import LocalEngine, free_port
+from proxy.engine.tiny_model import ensure_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,7 +45,7 @@ def start_gateway(config: dict[str, Any], workdir: Path,
     path = workdir / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"data_dir": str(workdir), **config, "server": {"port": port}}))
     with open(workdir / f"{name}.log", "wb") as log:  # the child keeps its own descriptor
-        process = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)],
+        process = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--config", str(path)],
                                    env={**os.environ, "PREFIXGATE_CACHE_SALT_SECRET": BENCH_SALT_SECRET},
                                    cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)  # inherits this process's cores
     origin = f"http://127.0.0.1:{port}"

@@ -27,11 +27,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from policies.evidence import EvidencePolicy, select_evidence  # noqa: E402
-from proxy.embeddings import LocalMiniLM  # noqa: E402
-from proxy.retrieval import Retriever, estimated_tokens  # noqa: E402
-from proxy.retrieval_cache import RetrievalCache, cache_key  # noqa: E402
-from proxy.retrieval_config import TenantRetrieval  # noqa: E402
-from proxy.vector_store import StoredChunk, VectorStore  # noqa: E402
+from proxy.config.retrieval import TenantRetrieval  # noqa: E402
+from proxy.retrieval.embeddings import LocalMiniLM  # noqa: E402
+from proxy.retrieval.passage_cache import RetrievalCache, cache_key  # noqa: E402
+from proxy.retrieval.retriever import Retriever, estimated_tokens  # noqa: E402
+from proxy.retrieval.vector_store import StoredChunk, VectorStore  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.report import write_block, write_result  # noqa: E402
 
@@ -93,7 +93,7 @@ async def main_async(args: argparse.Namespace, data: dict) -> list[str]:
     questions = [f"How do I {rng.choice(['clean', 'return', 'ship', 'safely place'])} my "
                  f"{rng.choice(PRODUCTS)}? ({n})" for n in range(args.questions)]
     settings = TenantRetrieval(collection="bench", candidates=20, top_n=5, budget_tokens=1500)
-    # The micro-batcher's own knobs, as proxy.config.RetrievalConfig would set them. Each run measures
+    # The micro-batcher's own knobs, as proxy.config.gateway.RetrievalConfig would set them. Each run measures
     # both settings at both concurrencies, so every ratio compares numbers taken side by side.
     runs: dict[tuple[int, int], list[dict]] = {}
     for run in range(args.runs):
@@ -158,8 +158,8 @@ async def shared_tier_line(filled: Retriever, settings: TenantRetrieval, questio
 
     if shutil.which("redis-server") is None:
         return "Redis tier: not measured (no redis-server here)."
-    from proxy.retrieval_config import RedisConfig
-    from proxy.shared_cache import tiered_cache
+    from proxy.caches.tiered import tiered_cache
+    from proxy.config.retrieval import RedisConfig
     from tests.support.redis_server import RedisServer
 
     server = RedisServer(Path(tempfile.mkdtemp()))

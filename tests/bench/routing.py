@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from policies.cache_salt import tenant_salt  # noqa: E402
-from proxy.engine import LocalEngine  # noqa: E402
+from proxy.engine.process import LocalEngine  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.open_loop import percentile, schedule  # noqa: E402
 from tests.bench.processes import BENCH_SALT_SECRET, start_engine, start_gateway, stop_gateway  # noqa: E402

@@ -34,7 +34,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from proxy.engine import free_port  # noqa: E402
+from proxy.engine.process import free_port  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.processes import start_gateway, stop_gateway  # noqa: E402
 from tests.bench.report import publish  # noqa: E402
@@ -204,7 +204,7 @@ def soak(seconds: float, rate: float, workdir: Path, sample_every: float = 2.0) 
             (docs / name).write_text(text)
         config_path = workdir / "ingest.yaml"
         config_path.write_text(yaml.safe_dump({**config, "data_dir": str(workdir)}))
-        subprocess.run([sys.executable, "-m", "proxy.cli", "ingest", str(docs), "--tenant", "rag", "--quiet",
+        subprocess.run([sys.executable, "-m", "proxy", "ingest", str(docs), "--tenant", "rag", "--quiet",
                         "--config", str(config_path)], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
         gateway, origin = start_gateway(config, workdir, name="soak-gateway")
         try:

@@ -1,7 +1,7 @@
 """How far the free token estimate is from a real tokenizer.
 
 Admission counts prompt tokens on every request; with no tokenizer.json configured it estimates
-them (proxy/token_count.py: characters / 4, plus 3/8 per extra UTF-8 byte). This measures the
+them (proxy/admission/token_count.py: characters / 4, plus 3/8 per extra UTF-8 byte). This measures the
 estimate's error per kind of text against the BPE tokenizer litellm bundles offline (OpenAI's
 cl100k_base, through litellm.encode), and the plain characters / 4 rule beside it, so the error
 is documented rather than guessed. Texts: the retrieval test corpus (English prose), the
@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from policies.stable_prefix import CHARS_PER_TOKEN  # noqa: E402
-from proxy.token_count import estimate_tokens  # noqa: E402
+from proxy.admission.token_count import estimate_tokens  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.report import write_block, write_result  # noqa: E402
 from tests.support.corpus import DOCUMENTS  # noqa: E402

@@ -8,7 +8,7 @@ and command-line flags. Each kind is found by its shape, so the rules need no li
   Each part must be a field of the model reached so far; where that is a mapping, any part (`<name>`,
   `NAME`, `acme`) is a key, and where it is a list, `[]` or `[N]` is an item.
 - **Environment variable**: every ``PREFIXGATE_*`` name is one prefixgate reads (an ``ENV_*`` constant of
-  proxy/config.py) or one a shipped config names as an API or admin key's variable (``key_env`` or
+  proxy/config/gateway.py) or one a shipped config names as an API or admin key's variable (``key_env`` or
   ``admin_key_env`` in deploy/ or in a YAML example of the docs).
 - **Metric**: every ``prefixgate_*`` name is on a running gateway's /metrics page (``prefixgate_engine_*``
   must start at least one name there).
@@ -32,10 +32,10 @@ from typing import Any, Union, get_args, get_origin
 import httpx
 from pydantic import BaseModel
 
-from proxy import config as config_module
-from proxy.cli import build_parser
-from proxy.config import Config
-from proxy.pool_config import PoolConfig
+from proxy.commands.cli import build_parser
+from proxy.config import gateway as config_module
+from proxy.config.gateway import Config
+from proxy.config.pools import PoolConfig
 from tests.conftest import FakeServer, pool
 from tests.deploy.test_deploy import exposed_names
 

@@ -11,8 +11,8 @@ import openai
 import pytest
 
 from proxy.app import create_app
-from proxy.engine import LocalEngine, free_port
-from proxy.tiny_model import ensure_tiny_model
+from proxy.engine.process import LocalEngine, free_port
+from proxy.engine.tiny_model import ensure_tiny_model
 from tests.conftest import Embedded, make_config
 from tests.support.servers import serve_in_thread
 

@@ -1,6 +1,6 @@
 """The embedded engine ends with its gateway however the gateway ends: SIGKILL runs no clean-up in
 the gateway, and an orphaned engine would keep its port and gigabytes of memory. vLLM's own children
-(EngineCore, multiprocessing's resource tracker) must go too; tests/proxy/test_engine_main.py checks the
+(EngineCore, multiprocessing's resource tracker) must go too; tests/proxy/engine/test_main.py checks the
 mechanism cheaply, without vLLM."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import psutil
 import pytest
 import yaml
 
-from proxy.tiny_model import ensure_tiny_model
+from proxy.engine.tiny_model import ensure_tiny_model
 from tests.conftest import Embedded
 from tests.support.servers import free_port
 
@@ -35,7 +35,7 @@ def test_a_gateway_killed_with_sigkill_takes_its_engine_with_it(embedded: Embedd
     }))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFIXGATE_")}
     with open(tmp_path / "gateway.log", "wb") as log:
-        gateway = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", "--config", str(config)],
+        gateway = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--config", str(config)],
                                    stdout=log, stderr=subprocess.STDOUT, env=env)
     engine_processes: list[psutil.Process] = []
     try:

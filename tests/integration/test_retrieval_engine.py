@@ -17,10 +17,10 @@ import openai
 import pytest
 
 from policies.evidence import EvidencePolicy, render_evidence, select_evidence
-from proxy.embeddings import LocalMiniLM
-from proxy.ingest import ingest
-from proxy.retrieval import estimated_tokens
-from proxy.vector_store import VectorStore
+from proxy.commands.ingest import ingest
+from proxy.retrieval.embeddings import LocalMiniLM
+from proxy.retrieval.retriever import estimated_tokens
+from proxy.retrieval.vector_store import VectorStore
 from tests.conftest import Embedded, pool
 from tests.support.corpus import write_corpus
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.tiny_model import ensure_tiny_model
+from proxy.engine.tiny_model import ensure_tiny_model
 
 
 def test_the_model_is_built_once_and_only_the_build_is_announced(

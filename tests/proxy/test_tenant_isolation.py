@@ -18,13 +18,13 @@ from qdrant_client import AsyncQdrantClient
 
 from policies.cache_salt import salt_policy, tenant_salt
 from policies.evidence import FOOTER, HEADER
-from proxy.config import ConfigError
-from proxy.retrieval import StoreOpener
-from proxy.vector_store import VectorStore
+from proxy.config.gateway import ConfigError
+from proxy.retrieval.retriever import StoreOpener
+from proxy.retrieval.vector_store import VectorStore
 from tests.conftest import FakeServer, make_config, pool
-from tests.proxy import test_retrieval
-from tests.proxy.test_retrieval import KEYS
-from tests.proxy.test_retrieval import config as retrieval_config
+from tests.proxy.retrieval import test_retriever as test_retrieval
+from tests.proxy.retrieval.test_retriever import KEYS
+from tests.proxy.retrieval.test_retriever import config as retrieval_config
 
 corpus = test_retrieval.corpus  # the same ingested documents (a module fixture)
 ACME_ONLY = ("30 days", "Acme", "ground courier", "two-year warranty", "blender")

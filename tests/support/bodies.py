@@ -1,6 +1,6 @@
 """Hypothesis strategies for OpenAI request bodies, valid and broken, as the raw bytes a client sends.
 
-Shared by the fuzz tests (tests/proxy/test_fuzz.py, 1,000 cases) and the long fuzz run
+Shared by the fuzz tests (tests/proxy/http/test_fuzz.py, 1,000 cases) and the long fuzz run
 (tests/bench/fuzz.py, 10,000+). Valid bodies must get 200; every body must get 2xx or 4xx in
 OpenAI's error form: never 5xx, never a hang.
 """

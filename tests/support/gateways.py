@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import yaml
 
-from proxy.engine import free_port
+from proxy.engine.process import free_port
 
 
 @contextmanager
@@ -30,7 +30,7 @@ def gateway_processes(config: dict[str, Any], workdir: Path, count: int, timeout
             path = workdir / f"gateway-{port}.yaml"
             server = {**config.get("server", {}), "port": port}
             path.write_text(yaml.safe_dump({**config, "server": server, "data_dir": str(workdir)}))
-            process = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)],
+            process = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--config", str(path)],
                                        env={**env, "PYTHONHASHSEED": str(11 * (index + 1))},
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             started.append((process, f"http://127.0.0.1:{port}"))

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import yaml
 
-from proxy.engine import free_port
+from proxy.engine.process import free_port
 
 
 @contextmanager

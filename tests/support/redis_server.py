@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from proxy.engine import free_port
+from proxy.engine.process import free_port
 
 
 class RedisServer:

@@ -11,7 +11,7 @@ from typing import Any
 
 import uvicorn
 
-from proxy.engine import free_port
+from proxy.engine.process import free_port
 
 __all__ = ["free_port", "serve_in_thread"]
 

@@ -1,0 +1,71 @@
+"""A pool's in-flight cap with a bounded, tenant-fair wait queue in front of it.
+
+Past ``capacity`` requests in flight, a request waits for a slot (``FairQueue`` decides
+who may wait and who goes next); a full queue, or a tenant past its share, is answered 503 at once,
+and a wait past ``timeout`` seconds is answered 503 then. Both carry Retry-After, so clients back
+off instead of hammering an engine that is already saturated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from policies.fair_queue import FairQueue
+from proxy.http.errors import OpenAIError
+
+
+class PoolGate:
+    __slots__ = ("capacity", "in_flight", "name", "queue", "timeout")
+
+    def __init__(self, name: str, capacity: int, queue_size: int, timeout: float) -> None:
+        self.name = name
+        self.capacity = capacity
+        self.timeout = timeout
+        self.in_flight = 0
+        self.queue: FairQueue[asyncio.Future[None]] = FairQueue(queue_size)
+
+    def _retry_after(self) -> dict[str, str]:
+        return {"Retry-After": str(max(1, math.ceil(min(self.timeout, 5.0))))}
+
+    def _over_share(self) -> OpenAIError:
+        return OpenAIError(503, f"Pool '{self.name}' is saturated and this tenant holds its share of the wait queue.",
+                           code="queue_share_exceeded", headers=self._retry_after())
+
+    async def acquire(self, tenant: str) -> None:
+        """Take a slot, waiting fairly for one; raises the 503 that sheds the request."""
+        if self.in_flight < self.capacity and not self.queue.size:
+            self.in_flight += 1
+            return
+        if not self.queue.can_take(tenant):
+            displaced = self.queue.make_room(tenant)
+            if displaced is None:
+                raise self._over_share() if self.queue.size < self.queue.bound else OpenAIError(
+                    503, f"Pool '{self.name}' is saturated: its wait queue is full.", code="queue_full",
+                    headers=self._retry_after())
+            displaced.set_exception(self._over_share())
+        slot: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.queue.push(tenant, slot)
+        try:
+            await asyncio.wait_for(asyncio.shield(slot), self.timeout)
+        except TimeoutError:
+            if self.queue.remove(tenant, slot):
+                raise OpenAIError(503, f"Pool '{self.name}' is saturated: no slot within {self.timeout:g} s.",
+                                  code="queue_timeout", headers=self._retry_after()) from None
+            # the slot was granted as the wait ran out: keep it
+        except BaseException:  # displaced, or the client left while waiting: give up the place or the slot
+            granted = slot.done() and not slot.cancelled() and slot.exception() is None
+            if not self.queue.remove(tenant, slot) and granted:
+                self.release()
+            raise
+
+    def release(self) -> None:
+        """Give the slot to the next waiting request in fair order, else free it."""
+        while True:
+            slot = self.queue.pop()
+            if slot is None:
+                self.in_flight -= 1
+                return
+            if not slot.done():
+                slot.set_result(None)  # in_flight stays: the slot passes to the waiter
+                return

@@ -1,0 +1,191 @@
+"""Admission of one request: token caps, output-length prediction, the tenant's rate limits.
+
+Runs once the prompt is final (rewritten, with any retrieved context), since that is what the
+engine will process. The work is only done where configured: with no limits and no short pools a
+request costs one attribute check here. What was reserved is settled when the answer ends, with
+the usage the upstream reported.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from policies.admission import TokenCaps, cap_output, check_input, requested_output
+from policies.affinity import prefix_key
+from policies.length import LengthHistory, Prediction, features_of, predict
+from policies.limits import RateLimits, Verdict, output_reservation
+from policies.stable_prefix import Pieces
+from proxy.admission.rate_limiter import Limiter, LimiterUnavailable, Ticket
+from proxy.admission.token_count import TokenCounter
+from proxy.http.errors import OpenAIError
+from proxy.observability.metrics import Metrics
+
+TEMPLATE_CHARS = 512  # the prompt start that identifies a (tenant, template) for length history
+MAX_HISTORIES = 10_000  # (tenant, template) keys remembered, least recently used dropped first
+
+
+@dataclass(frozen=True, slots=True)
+class TenantAdmission:
+    """A tenant's admission settings, decided at start-up."""
+
+    limits: RateLimits
+    caps: TokenCaps
+    output_reservation: int
+
+    @property
+    def active(self) -> bool:
+        caps = self.caps
+        return self.limits.active or caps.max_tokens is not None or caps.default_max_tokens is not None or (
+            caps.max_input_tokens is not None)
+
+
+@dataclass(slots=True)
+class Admitted:
+    """What admission decided for a request, and what to settle when its answer ends."""
+
+    body: dict[str, Any]
+    changed: bool
+    prompt_tokens: int
+    prediction: Prediction | None = None
+    ticket: Ticket | None = None
+    reserved: int = 0
+    length_key: int | None = None
+
+
+def reset_text(seconds: float) -> str:
+    """OpenAI's x-ratelimit-reset-* form: "20ms", "1.5s", "6m0s"."""
+    if seconds < 1:
+        return f"{max(0, math.ceil(seconds * 1000))}ms"
+    if seconds < 60:
+        return f"{round(seconds, 3):g}s"
+    return f"{int(seconds // 60)}m{int(seconds % 60)}s"
+
+
+def ratelimit_headers(limits: RateLimits, verdict: Verdict) -> list[tuple[bytes, bytes]]:
+    headers = []
+    if limits.requests_per_minute is not None:
+        headers += [(b"x-ratelimit-limit-requests", str(limits.requests_per_minute).encode()),
+                    (b"x-ratelimit-remaining-requests", str(verdict.remaining_requests).encode()),
+                    (b"x-ratelimit-reset-requests", reset_text(verdict.reset_requests).encode())]
+    if limits.tokens_per_minute is not None:
+        headers += [(b"x-ratelimit-limit-tokens", str(limits.tokens_per_minute).encode()),
+                    (b"x-ratelimit-remaining-tokens", str(verdict.remaining_tokens).encode()),
+                    (b"x-ratelimit-reset-tokens", reset_text(verdict.reset_tokens).encode())]
+    return headers
+
+
+def _refusal(limits: RateLimits, verdict: Verdict, tokens: int) -> OpenAIError:
+    headers = {k.decode(): v.decode() for k, v in ratelimit_headers(limits, verdict)}
+    if verdict.too_large:
+        return OpenAIError(429, f"Request too large: {tokens} tokens (prompt plus reserved output) against a limit "
+                                f"of {limits.tokens_per_minute} tokens per minute; lower max_tokens or the prompt.",
+                           type="tokens", code="rate_limit_exceeded", headers=headers)
+    wait = verdict.retry_after
+    which = "requests" if verdict.reset_requests >= verdict.reset_tokens else "tokens"
+    limit = limits.requests_per_minute if which == "requests" else limits.tokens_per_minute
+    headers["Retry-After"] = str(max(1, math.ceil(wait)))
+    headers["retry-after-ms"] = str(max(1, math.ceil(wait * 1000)))
+    return OpenAIError(429, f"Rate limit reached for {which} per minute: limit {limit}. "
+                            f"Try again in {reset_text(wait)}.", type=which, code="rate_limit_exceeded",
+                       headers=headers)
+
+
+class LengthBook:
+    """Length histories per (tenant, template), the least recently used dropped past a bound."""
+
+    def __init__(self, size: int = MAX_HISTORIES) -> None:
+        self.size = size
+        self.histories: OrderedDict[int, LengthHistory] = OrderedDict()
+
+    def get(self, key: int) -> LengthHistory | None:
+        history = self.histories.get(key)
+        if history is not None:
+            self.histories.move_to_end(key)
+        return history
+
+    def observe(self, key: int, tokens: int) -> None:
+        history = self.histories.get(key)
+        if history is None:
+            history = self.histories[key] = LengthHistory()
+            if len(self.histories) > self.size:
+                self.histories.popitem(last=False)
+        history.observe(tokens)
+
+
+class Admission:
+    def __init__(self, limiter: Limiter, counter: TokenCounter, metrics: Metrics, *, predicts: bool) -> None:
+        self.limiter = limiter
+        self.counter = counter
+        self.metrics = metrics
+        self.predicts = predicts  # some pool is for short answers: every request gets a prediction
+        self.book = LengthBook()
+
+    def needed(self, tenant: TenantAdmission) -> bool:
+        return self.predicts or tenant.active
+
+    def prepare(self, tenant: TenantAdmission, body: dict[str, Any], changed: bool, pieces: Pieces,
+                tenant_name: str) -> Admitted:
+        """Count the prompt, cap it and the output, predict the output; raises the 400 that refuses it."""
+        prompt_tokens = self.counter.count(pieces)
+        refused = check_input(prompt_tokens, tenant.caps, "messages" if "messages" in body else "prompt")
+        if refused is not None:
+            raise OpenAIError.from_rejection(refused)
+        capped = cap_output(body, tenant.caps)
+        if not isinstance(capped, dict):
+            raise OpenAIError.from_rejection(capped)
+        if capped is not body:
+            body, changed = capped, True
+            self.metrics.admission_clamped(tenant_name)
+        admitted = Admitted(body, changed, prompt_tokens)
+        if self.predicts or tenant.limits.tokens_per_minute is not None:
+            admitted.length_key = prefix_key(pieces, "", tenant_name, TEMPLATE_CHARS)
+            features = features_of(body, requested_output(body)[1])
+            admitted.prediction = predict(features, self.book.get(admitted.length_key))
+        return admitted
+
+    async def charge(self, tenant_name: str, tenant: TenantAdmission, admitted: Admitted, body: dict[str, Any],
+                     headers: list[tuple[bytes, bytes]]) -> None:
+        """Count the request against the tenant's rate limits (``body`` as it will be sent: its
+        max_tokens bounds the reservation); raises the 429 that refuses it."""
+        limits = tenant.limits
+        if not limits.active:
+            return
+        p95 = admitted.prediction.p95 if admitted.prediction is not None else None
+        output = output_reservation(requested_output(body)[1], p95, tenant.output_reservation)
+        reserved = admitted.prompt_tokens + output
+        try:
+            verdict, ticket = await self.limiter.admit(tenant_name, limits, reserved)
+        except LimiterUnavailable as down:
+            wait = str(max(1, math.ceil(down.retry_after)))
+            raise OpenAIError(503, "Rate limits cannot be checked right now (their shared store is unreachable); "
+                                   f"try again in {wait} s.", type="server_error", code="rate_limiter_unavailable",
+                              headers={"Retry-After": wait}) from None
+        if not verdict.admitted:
+            self.metrics.rate_limited(tenant_name, "too_large" if verdict.too_large else (
+                "requests" if verdict.reset_requests >= verdict.reset_tokens else "tokens"))
+            raise _refusal(limits, verdict, reserved)
+        headers += ratelimit_headers(limits, verdict)
+        admitted.ticket, admitted.reserved = ticket, reserved
+
+    async def finish(self, admitted: Admitted, pool: str, prompt_tokens: int | None,
+                     completion_tokens: int | None) -> None:
+        """The answer ended: learn its length, compare it with the prediction, settle the reservation."""
+        if completion_tokens is not None and admitted.length_key is not None:
+            self.book.observe(admitted.length_key, completion_tokens)
+            if admitted.prediction is not None:
+                self.metrics.observe_length(pool, admitted.prediction.p90, completion_tokens)
+        if admitted.ticket is not None:
+            used = (prompt_tokens if prompt_tokens is not None else admitted.prompt_tokens) + (completion_tokens or 0)
+            await self.limiter.settle(admitted.ticket, used)
+
+    async def release(self, admitted: Admitted | None) -> None:
+        """No engine work was done for an admitted request (refused later, answered from the answer
+        cache, its client gone): it still counts as a request, its tokens go back."""
+        if admitted is not None and admitted.ticket is not None:
+            await self.limiter.settle(admitted.ticket, 0)
+
+    async def aclose(self) -> None:
+        await self.limiter.aclose()

@@ -1,0 +1,2 @@
+"""Who is asking: API key -> tenant (``KeyTable``), each tenant's policy, the deployment's salt secret.
+"""

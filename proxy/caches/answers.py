@@ -1,0 +1,54 @@
+"""Stored whole answers for tenants that opt in (``cacheable`` and ``storable`` say what qualifies).
+
+In process, on aiocache's memory backend, with a TTL per tenant; with ``redis`` configured, shared
+by every gateway replica (``tiered_cache``), so a repeat is a hit whichever replica it reaches.
+Replays answer with the header ``x-prefixgate-answer-cache: hit`` and never reach a replica.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.types import Send
+
+from policies.answer_cache import stream_from_completion
+from proxy.caches.tiered import TieredCache
+
+
+class AnswerStore:
+    def __init__(self, store: TieredCache | None = None) -> None:
+        self._store = store or TieredCache()
+
+    async def get(self, key: str) -> dict[str, Any] | None:
+        return await self._store.get(key)
+
+    async def put(self, key: str, completion: dict[str, Any], ttl: float) -> None:
+        await self._store.put(key, completion, ttl)
+
+    async def aclose(self) -> None:
+        await self._store.aclose()
+
+
+def storable(completion: dict[str, Any]) -> bool:
+    """One plain text answer that ended normally: worth replaying."""
+    choices = completion.get("choices") or []
+    if len(choices) != 1:
+        return False
+    message = choices[0].get("message") or {}
+    return not message.get("tool_calls") and choices[0].get("finish_reason") in ("stop", "length")
+
+
+async def send_stored_answer(send: Send, completion: dict[str, Any], *, stream: bool, include_usage: bool,
+                             headers: list[tuple[bytes, bytes]]) -> None:
+    if stream:
+        body = stream_from_completion(completion, include_usage)
+        content_type = b"text/event-stream; charset=utf-8"
+    else:
+        body = orjson.dumps(completion)
+        content_type = b"application/json"
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", content_type), (b"content-length", str(len(body)).encode()),
+        *headers, (b"x-prefixgate-answer-cache", b"hit"),
+    ]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

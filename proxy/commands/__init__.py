@@ -1,0 +1,2 @@
+"""The ``prefixgate`` command line: serve, ingest, analyze.
+"""

@@ -1,0 +1,309 @@
+"""The one frozen configuration object, loaded once at start-up from YAML and the environment.
+
+The environment is read here and nowhere else. Every validation error names the file, the
+field path and what is wrong, so a bad deploy fails at start with a line a human can act on.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+import yaml
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from proxy.auth.keys import OPEN_TENANT
+from proxy.config.auth import AuthConfig
+from proxy.config.frozen import Frozen as _Frozen
+from proxy.config.pools import PoolConfig, UpstreamConfig
+from proxy.config.prompt import PromptConfig, span_kinds
+from proxy.config.retrieval import AnswerCacheConfig, RedisConfig, RetrievalConfig, TenantRetrieval
+from proxy.config.server import AccessLogConfig, EngineConfig, MetricsConfig, ServerConfig
+
+ENV_CONFIG = "PREFIXGATE_CONFIG"
+ENV_UPSTREAM = "PREFIXGATE_UPSTREAM"
+ENV_PORT = "PREFIXGATE_PORT"
+ENV_HOST = "PREFIXGATE_HOST"
+ENV_DATA_DIR = "PREFIXGATE_DATA_DIR"
+ENV_CACHE_SALT_SECRET = "PREFIXGATE_CACHE_SALT_SECRET"
+
+
+class ConfigError(Exception):
+    """A configuration problem, worded for the operator who has to fix it."""
+
+
+class LimitsConfig(_Frozen):
+    """Admission per tenant (see docs/configuration.md, section limits). None: no limit."""
+
+    requests_per_minute: int | None = Field(None, ge=1)
+    """requests a tenant may send in any rolling minute"""
+    tokens_per_minute: int | None = Field(None, ge=1)
+    """prompt tokens plus reserved output a tenant may send in any rolling minute; the reservation is settled with the
+    usage the upstream reports"""
+    max_tokens: int | None = Field(None, ge=1)
+    """most output tokens a request may ask for (`max_tokens` or `max_completion_tokens`)"""
+    max_tokens_action: Literal["clamp", "reject"] = "clamp"
+    """a request above `max_tokens`: `clamp` it to the limit, or `reject` it with a 400 that names the field and the
+    limit"""
+    default_max_tokens: int | None = Field(None, ge=1)
+    """`max_tokens` given to requests that name none"""
+    max_input_tokens: int | None = Field(None, ge=1)
+    """longest prompt, counted as it will be sent (rewritten, with retrieved context); longer ones get 400"""
+    output_reservation: int = Field(256, ge=0)
+    """output tokens held against `tokens_per_minute` for a request with neither `max_tokens` nor a length prediction"""
+
+
+class TenantConfig(_Frozen):
+    """Per-tenant settings. ``prompt`` and ``limits`` fields here replace the top-level ones."""
+
+    prompt: PromptConfig = PromptConfig()
+    """this tenant's `prompt` fields; they replace the top-level ones of the same name"""
+    limits: LimitsConfig = LimitsConfig()
+    """this tenant's `limits` fields; they replace the top-level ones of the same name"""
+    retrieval: TenantRetrieval | None = None
+    """context from the tenant's own documents (see below); none: no retrieval"""
+    answer_cache: AnswerCacheConfig | None = None
+    """exact deterministic repeats answered from memory (see below); none: off"""
+
+
+class Config(_Frozen):
+    server: ServerConfig = ServerConfig()
+    """listen address, workers, body limit, upstream HTTP client"""
+    auth: AuthConfig = AuthConfig()
+    """API keys and their tenants"""
+    pools: list[PoolConfig] = Field(default_factory=list)
+    """upstream pools of OpenAI-compatible replicas; empty: the embedded engine"""
+    embeddings: UpstreamConfig | None = None
+    """a pool for `POST /v1/embeddings` (a pool's fields without `name`); none: the pool that serves the requested
+    model"""
+    prompt: PromptConfig = PromptConfig()
+    """the chat prompt rewrite for the prefix cache"""
+    limits: LimitsConfig = LimitsConfig()
+    """admission per tenant: rate limits and token caps"""
+    tokenizer: str | None = None
+    """a Hugging Face `tokenizer.json` for exact prompt-token counts; none: an estimate (4 characters a token, more for
+    non-ASCII text)"""
+    tenants: dict[str, TenantConfig] = Field(default_factory=dict)
+    """per-tenant settings, by tenant name (the names in `auth.keys`; `default` in open mode)"""
+    retrieval: RetrievalConfig = RetrievalConfig()
+    """where retrieved chunks live and how text is embedded"""
+    redis: RedisConfig | None = None
+    """Redis shared by gateway replicas, for rate limits and caches; none: each process on its own"""
+    engine: EngineConfig = EngineConfig()
+    """the embedded vLLM engine"""
+    metrics: MetricsConfig = MetricsConfig()
+    """what `/metrics` labels"""
+    access_log: AccessLogConfig = AccessLogConfig()
+    """one JSON line per request"""
+    data_dir: str = Field(default_factory=lambda: str(Path.home() / ".cache" / "prefixgate"),
+                          json_schema_extra={"shown_default": "`~/.cache/prefixgate`"})
+    """where the tiny model, the engine log and embedded Qdrant live"""
+    resolved_keys: dict[str, str] = Field(default_factory=dict, repr=False, exclude=True)
+    resolved_admin_key: str | None = Field(None, repr=False, exclude=True)
+    resolved_salt_secret: str | None = Field(None, repr=False, exclude=True)  # None: the data_dir file's
+
+    @field_validator("pools")
+    @classmethod
+    def _unique_pools(cls, pools: list[PoolConfig]) -> list[PoolConfig]:
+        names = [pool.name for pool in pools]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"pool names must be unique; repeated: {', '.join(duplicates)}")
+        for pool in pools:
+            if pool.overflow_to is not None and (pool.overflow_to not in names or pool.overflow_to == pool.name):
+                raise ValueError(f"pool '{pool.name}': overflow_to names no other pool ('{pool.overflow_to}')")
+        return pools
+
+    @model_validator(mode="after")
+    def _action_kinds(self) -> Config:
+        """A kind in prompt.actions must be one a detector finds; a tenant's may name top-level patterns."""
+        for where, prompt in (("prompt", self.prompt), *(
+                (f"tenants.{name}.prompt", self.tenant_prompt(name)) for name in self.tenants)):
+            known = span_kinds(prompt)
+            unknown = sorted(set(prompt.actions) - set(known))
+            if unknown:
+                raise ValueError(
+                    f"{where}.actions: no span is of kind {', '.join(unknown)} (kinds: {', '.join(known)})")
+        return self
+
+    def _tenant_section(self, tenant: str, name: Literal["prompt", "limits"]) -> Any:
+        """The top-level section ``name`` with this tenant's own fields of it laid over them."""
+        base = getattr(self, name)
+        own = self.tenants.get(tenant)
+        if own is None:
+            return base
+        return type(base).model_validate({**base.model_dump(), **getattr(own, name).model_dump(exclude_unset=True)})
+
+    def tenant_prompt(self, tenant: str) -> PromptConfig:
+        return self._tenant_section(tenant, "prompt")
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer_file(cls, path: str | None) -> str | None:
+        if path is not None and not Path(path).is_file():
+            raise ValueError(f"no tokenizer file at {path} (a Hugging Face tokenizer.json)")
+        return path
+
+    def tenant_limits(self, tenant: str) -> LimitsConfig:
+        return self._tenant_section(tenant, "limits")
+
+    def qdrant_path(self) -> Path:
+        return Path(self.retrieval.qdrant_path or Path(self.data_dir) / "qdrant")
+
+    @property
+    def reachable_tenants(self) -> set[str]:
+        """The tenants a request can be: those API keys name, or in open mode the one every request is."""
+        return set(self.resolved_keys.values()) or {OPEN_TENANT}
+
+    @property
+    def unreachable_tenants(self) -> list[str]:
+        """Tenants with settings that no request can ever get: no API key names them."""
+        return sorted(set(self.tenants) - self.reachable_tenants)
+
+    @property
+    def wants_retrieval(self) -> bool:
+        return any(t.retrieval is not None and t.retrieval.enabled for t in self.tenants.values())
+
+    @property
+    def wants_engine(self) -> bool:
+        return self.engine.enabled if self.engine.enabled is not None else not self.pools
+
+
+def _field_path(location: tuple[Any, ...]) -> str:
+    path = ""
+    for part in location:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or "(top level)"
+
+
+def _format_errors(source: str, error: ValidationError) -> str:
+    lines = [f"{source}: invalid configuration"]
+    for item in error.errors():
+        lines.append(f"  {_field_path(item['loc'])}: {item['msg']}")
+    return "\n".join(lines)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """Environment beats the file for the sidecar knobs, so one image serves many deployments."""
+    data = dict(data)
+    upstream = env.get(ENV_UPSTREAM, "").strip()
+    if upstream:
+        replicas = [url.strip() for url in upstream.split(",") if url.strip()]
+        data["pools"] = [{"name": "default", "replicas": replicas}]
+    server = dict(data.get("server") or {})
+    if env.get(ENV_PORT):
+        server["port"] = env[ENV_PORT]
+    if env.get(ENV_HOST):
+        server["host"] = env[ENV_HOST]
+    if server:
+        data["server"] = server
+    if env.get(ENV_DATA_DIR):
+        data["data_dir"] = env[ENV_DATA_DIR]
+    return data
+
+
+def _resolve_keys(config: Config, source: str, env: Mapping[str, str]) -> dict[str, str]:
+    keys: dict[str, str] = {}
+    for index, entry in enumerate(config.auth.keys):
+        secret = entry.key
+        if entry.key_env is not None:
+            secret = env.get(entry.key_env)
+            if not secret:
+                raise ConfigError(
+                    f"{source}: auth.keys[{index}].key_env: environment variable {entry.key_env} is not set"
+                )
+        assert secret is not None
+        if secret in keys:
+            raise ConfigError(f"{source}: auth.keys[{index}]: the same key is given to two tenants")
+        keys[secret] = entry.tenant
+    return keys
+
+
+def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = None,
+                overrides: Mapping[str, Any] | None = None) -> Config:
+    """Build the Config from an optional YAML file, the environment and CLI overrides (in that order)."""
+    env = os.environ if env is None else env
+    if path is None and env.get(ENV_CONFIG):
+        path = env[ENV_CONFIG]
+    data = _read_yaml(Path(path)) if path is not None else {}
+    return build_config(data, env=env, source=str(path) if path is not None else "environment", overrides=overrides)
+
+
+def build_config(data: Mapping[str, Any], *, env: Mapping[str, str], source: str = "config",
+                 overrides: Mapping[str, Any] | None = None) -> Config:
+    """Validate already-parsed settings; ``source`` names where they came from in error messages."""
+    merged = _apply_env(dict(data), env)
+    if overrides:
+        server = dict(merged.get("server") or {})
+        server.update({k: v for k, v in overrides.items() if v is not None})
+        merged["server"] = server
+    try:
+        config = Config.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(source, exc)) from None
+    keys = _resolve_keys(config, source, env)
+    admin_key = config.auth.admin_key
+    if config.auth.admin_key_env is not None:
+        admin_key = env.get(config.auth.admin_key_env)
+        if not admin_key:
+            raise ConfigError(f"{source}: auth.admin_key_env: environment variable {config.auth.admin_key_env} "
+                              "is not set")
+    if admin_key is not None and admin_key in keys:
+        raise ConfigError(f"{source}: auth.admin_key: a tenant's key cannot be the admin key")
+    salt_secret = _resolve_salt_secret(config, source, env)
+    return config.model_copy(update={"resolved_keys": keys, "resolved_admin_key": admin_key,
+                                     "resolved_salt_secret": salt_secret})
+
+
+def _resolve_salt_secret(config: Config, source: str, env: Mapping[str, str]) -> str | None:
+    """The configured cache-salt secret, the environment's first; None: one generated into data_dir is used."""
+    secret = env.get(ENV_CACHE_SALT_SECRET)
+    if not secret:
+        return config.auth.cache_salt_secret  # its length is checked by its field
+    if len(secret) < 16:
+        raise ConfigError(f"{source}: environment variable {ENV_CACHE_SALT_SECRET}: the cache-salt secret must be "
+                          "at least 16 characters")
+    return secret
+
+
+def with_engine_pool(config: Config, base_url: str, model: str) -> Config:
+    """The config the app runs with once the embedded engine is up: one pool pointing at it."""
+    pool = PoolConfig(name="local", replicas=[base_url], models=[model])
+    return config.model_copy(update={"pools": [pool]})
+
+
+def dump_config(config: Config) -> str:
+    """Serialize for worker processes (uvicorn --workers re-imports the app in each)."""
+    payload = config.model_dump(mode="json")
+    payload["resolved_keys"] = config.resolved_keys
+    payload["resolved_admin_key"] = config.resolved_admin_key
+    payload["resolved_salt_secret"] = config.resolved_salt_secret
+    return orjson.dumps(payload).decode()
+
+
+def config_from_dump(text: str) -> Config:
+    payload = orjson.loads(text)
+    keys = payload.pop("resolved_keys", {})
+    admin_key = payload.pop("resolved_admin_key", None)
+    salt_secret = payload.pop("resolved_salt_secret", None)
+    return Config.model_validate(payload).model_copy(update={"resolved_keys": keys, "resolved_admin_key": admin_key,
+                                                             "resolved_salt_secret": salt_secret})

@@ -1,0 +1,127 @@
+"""The configuration reference's field tables, written from the config models.
+
+Each table in docs/configuration.md sits between ``<!-- fields: NAME -->`` and ``<!-- /fields -->``;
+``prefixgate config-reference`` rewrites them from the models' fields (name, default, docstring), and
+a test fails when the committed file differs, so the reference cannot drift from what the code
+accepts. The prose around the tables is written by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Union, get_args, get_origin
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from proxy.config.auth import AuthConfig
+from proxy.config.gateway import Config, LimitsConfig, TenantConfig
+from proxy.config.pools import PoolConfig, UpstreamConfig
+from proxy.config.prompt import PromptConfig
+from proxy.config.retrieval import AnswerCacheConfig, RedisConfig, RetrievalConfig, TenantRetrieval
+from proxy.config.server import AccessLogConfig, EngineConfig, MetricsConfig, ServerConfig
+
+TABLES: dict[str, type[BaseModel]] = {
+    "top": Config, "server": ServerConfig, "auth": AuthConfig, "pools": PoolConfig, "limits": LimitsConfig,
+    "prompt": PromptConfig, "tenants": TenantConfig, "retrieval": RetrievalConfig,
+    "tenant_retrieval": TenantRetrieval, "answer_cache": AnswerCacheConfig, "redis": RedisConfig,
+    "metrics": MetricsConfig, "access_log": AccessLogConfig, "engine": EngineConfig,
+}
+# Models with a table of their own (and a pool's fields, which embeddings shares) appear as one row
+# where another model holds them; smaller ones (timeouts, health, patterns) are spelled out in place.
+_OWN_TABLE = {*TABLES.values(), UpstreamConfig}
+_REGION = re.compile(r"(<!-- fields: (\w+) -->\n)(.*?)(<!-- /fields -->)", re.S)
+DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+
+
+def _nested(annotation: Any) -> tuple[type[BaseModel], bool] | None:
+    """(model, in a list) where a field holds a model, its list, or either or None."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        options = [a for a in get_args(annotation) if a is not type(None)]
+        annotation = options[0] if len(options) == 1 else None
+    listed = get_origin(annotation) is list
+    if listed:
+        annotation = get_args(annotation)[0]
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, listed
+    return None
+
+
+def _default(info: FieldInfo) -> str:
+    extra = info.json_schema_extra
+    if isinstance(extra, dict) and "shown_default" in extra:
+        return str(extra["shown_default"])
+    if info.is_required():
+        return "required"
+    value = info.default_factory() if info.default_factory is not None else info.default  # type: ignore[call-arg]
+    if value is None:
+        return "none"
+    if isinstance(value, BaseModel):
+        return ""
+    if isinstance(value, bool):
+        return "`true`" if value else "`false`"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, (list, dict)) and not value:
+        return "`[]`" if isinstance(value, list) else "`{}`"
+    return f"`{value}`"
+
+
+def field_rows(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, str, str]]:
+    """(dotted field path, default, meaning) for every field a config file may set on ``model``."""
+    for name, info in model.model_fields.items():
+        if info.exclude:
+            continue
+        path = prefix + name
+        meaning = " ".join((info.description or "").split()).replace("|", "\\|")
+        yield path, _default(info), meaning
+        nested = _nested(info.annotation)
+        if nested is not None and nested[0] not in _OWN_TABLE:
+            yield from field_rows(nested[0], path + ("[]." if nested[1] else "."))
+
+
+def table(model: type[BaseModel]) -> str:
+    lines = ["| field | default | meaning |", "|---|---|---|"]
+    lines += [f"| `{path}` | {default} | {meaning} |" for path, default, meaning in field_rows(model)]
+    return "\n".join(lines) + "\n"
+
+
+def render(text: str) -> str:
+    """``text`` with every marked table written anew; an unknown table name is an error."""
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(2)
+        if name not in TABLES:
+            raise KeyError(f"no config table named '{name}' (known: {', '.join(TABLES)})")
+        return match.group(1) + table(TABLES[name]) + match.group(4)
+
+    return _REGION.sub(one, text)
+
+
+def run(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    text = path.read_text()
+    fresh = render(text)
+    if args.check:
+        if fresh != text:
+            print(f"{path} differs from the config models; run `prefixgate config-reference`", file=sys.stderr)
+            return 1
+        return 0
+    if fresh != text:
+        path.write_text(fresh)
+    return 0
+
+
+def add_reference_parser(commands: Any) -> None:
+    # A maintainer's tool: no help line, so the user's `prefixgate --help` does not list it (build_parser).
+    command = commands.add_parser("config-reference",
+                                  description="rewrite the configuration reference's field tables from the config "
+                                              "models")
+    command.add_argument("--file", default=str(DOC), help="the reference to rewrite (default: docs/configuration.md)")
+    command.add_argument("--check", action="store_true", help="only say whether it is up to date (exit 1 if not)")
+    command.set_defaults(handler=run)

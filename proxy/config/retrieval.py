@@ -1,0 +1,109 @@
+"""Configuration of retrieval and answer reuse: ``retrieval``, ``redis`` and per-tenant opt-ins.
+
+Part of the one frozen ``Config``, kept apart because it is its own feature.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from proxy.config.frozen import Frozen as _Frozen
+
+
+class RetrievalConfig(_Frozen):
+    """Where chunks live and how text is embedded; tenants opt in with ``tenants.<name>.retrieval``."""
+
+    qdrant_url: str | None = None
+    """a Qdrant server, e.g. `http://qdrant:6333` (gRPC preferred); none: embedded Qdrant under `data_dir`"""
+    qdrant_grpc_port: int = Field(6334, ge=1, le=65535)
+    """the server's gRPC port (`qdrant_url` names its REST port)"""
+    qdrant_path: str | None = None
+    """embedded mode's folder; none: `<data_dir>/qdrant`"""
+    timeout: float = Field(5.0, gt=0)
+    """seconds for each Qdrant or embedding call"""
+    embeddings_url: str | None = None
+    """an OpenAI-compatible `/v1` base URL (e.g. a vLLM pooling pool); none: all-MiniLM-L6-v2 in process (`pip install
+    'prefixgate[retrieval]'`)"""
+    embeddings_model: str = "all-MiniLM-L6-v2"
+    """the model name sent to `embeddings_url`"""
+    embeddings_dimensions: int = Field(384, ge=1)
+    """the embedding vector's size"""
+    batch_max: int = Field(32, ge=1)
+    """micro-batch: most questions per embedding call"""
+    batch_wait_ms: float = Field(0.0, ge=0)
+    """micro-batch: how long a question waits for company when the embedder is idle; 0: go at once, and batch while it
+    is busy"""
+    embedding_cache_size: int = Field(4096, ge=0)
+    """question vectors kept per gateway process (least recently used go first; about 1.6 KB each at 384 dimensions),
+    per tenant and exact question; 0: off"""
+    cache: bool = True
+    """cache the selected passages per tenant and normalized question"""
+    cache_ttl_s: float = Field(300.0, gt=0)
+    """seconds a cached selection is reused, with +-10 % random jitter"""
+    cache_empty_ttl_s: float = Field(30.0, gt=0)
+    """the same for a question that found no passages (retried sooner)"""
+    version_poll_s: float = Field(2.0, gt=0)
+    """how often gateways look for ingests that changed a collection (entries from before are not read again)"""
+    chunk_tokens: int = Field(200, ge=8)
+    """ingestion: chunk size in the embedding model's tokens (MiniLM reads at most 256)"""
+    chunk_overlap: int = Field(32, ge=0)
+    """ingestion: tokens each chunk repeats from the one before (less than `chunk_tokens`)"""
+
+    @model_validator(mode="after")
+    def _overlap_fits(self) -> RetrievalConfig:
+        if self.chunk_overlap >= self.chunk_tokens:
+            raise ValueError("chunk_overlap must be smaller than chunk_tokens")
+        return self
+
+
+class TenantRetrieval(_Frozen):
+    """Context from a tenant's own documents, added before the final user message."""
+
+    collection: str = Field("prefixgate", min_length=1)
+    """the Qdrant collection that holds the tenant's chunks (searches are filtered on the tenant)"""
+    enabled: bool = True
+    """`false` keeps the settings but retrieves nothing"""
+    candidates: int = Field(20, ge=1, le=200)
+    """hits fetched before selection"""
+    top_n: int = Field(5, ge=1)
+    """most passages kept"""
+    budget_tokens: int = Field(1500, ge=1)
+    """most tokens of passages (estimated at 4 characters each)"""
+    duplicate_similarity: float = Field(0.85, gt=0, le=1)
+    """word-shingle similarity at or above which a passage counts as a copy of a better one and is dropped"""
+    fallback: bool = False
+    """when the model times out, is unreachable or has no healthy replica, answer with the passages found (header
+    `x-prefixgate-degraded`) instead of a 502/503/504"""
+
+
+class AnswerCacheConfig(_Frozen):
+    """Exact repeats of deterministic requests (temperature 0, one choice, no tools) answered from memory."""
+
+    ttl_s: float = Field(600.0, gt=0)
+    """seconds an answer may be reused"""
+
+
+class RedisConfig(_Frozen):
+    """Redis shared by every gateway replica; caches keep a short in-process tier in front of it."""
+
+    url: str = Field(min_length=1, repr=False)
+    """`redis://[:password@]host[:port][/db]`, `rediss://` for TLS"""
+    timeout_ms: float = Field(100.0, gt=0)
+    """each Redis call; past it the cache counts a miss"""
+    front_ttl_s: float = Field(5.0, gt=0)
+    """in-process tier in front of Redis: how long a replica reuses what it read or wrote"""
+    retry_s: float = Field(2.0, gt=0)
+    """after a failed call, use the in-process tier alone for this long"""
+    limits_when_down: Literal["local", "refuse"] = "local"
+    """rate limits while Redis cannot be reached: `local` keeps them per process (each replica then
+    admits up to the whole limit), `refuse` answers 503 with Retry-After until Redis is back"""
+
+    @field_validator("url")
+    @classmethod
+    def _redis_url(cls, url: str) -> str:
+        if not url.startswith(("redis://", "rediss://")):
+            # the URL itself stays out of the message: it may hold a password
+            raise ValueError("must be a redis:// URL (rediss:// for TLS) such as redis://127.0.0.1:6379/0")
+        return url

@@ -1,0 +1,51 @@
+"""Read and decode a JSON request body within the configured size limit, straight from ASGI receive."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.types import Receive
+
+from proxy.http.errors import OpenAIError
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request body arrived; there is no one to answer."""
+
+
+def _too_large(limit: int) -> OpenAIError:
+    return OpenAIError(
+        413, f"Request body exceeds the limit of {limit} bytes (server.max_body_bytes).", code="request_too_large"
+    )
+
+
+async def read_body(receive: Receive, declared_length: bytes | None, limit: int) -> bytes:
+    """The raw body; 413 as soon as it is known to exceed ``limit`` (before reading it all)."""
+    if declared_length is not None and declared_length.isdigit() and int(declared_length) > limit:
+        raise _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+        more = message.get("more_body", False)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def decode_json(raw: bytes) -> Any:
+    if not raw:
+        raise OpenAIError(400, "Request body is empty; expected a JSON object.", code="invalid_json")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise OpenAIError(
+            400, f"We could not parse the JSON body of your request: {exc}.", code="invalid_json"
+        ) from None

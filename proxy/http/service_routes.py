@@ -1,0 +1,63 @@
+"""The light HTTP endpoints (models, health, readiness, metrics, the OpenAPI document); generation
+lives in generation.py."""
+
+from __future__ import annotations
+
+import time
+from functools import cache
+from pathlib import Path
+
+import orjson
+import yaml
+from starlette.requests import Request
+from starlette.responses import Response
+
+from proxy.gateway import Gateway
+from proxy.http.errors import OpenAIError
+
+
+def _json(payload: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(payload), status, media_type="application/json")
+
+
+async def models(request: Request) -> Response:
+    gateway: Gateway = request.state.gateway
+    gateway.keys.tenant_for(request.headers.get("authorization"))
+    cards = await gateway.upstreams.list_models()
+    created = int(time.time())
+    # vLLM's `root` is the model's path on the engine's disk: no client's business. It becomes the id.
+    data = [{"object": "model", "created": created, "owned_by": "prefixgate", **card,
+             **({"root": card["id"]} if "root" in card else {})} for card in cards]
+    return _json({"object": "list", "data": data})
+
+
+async def health(request: Request) -> Response:
+    return _json({"status": "ok"})
+
+
+async def ready(request: Request) -> Response:
+    gateway: Gateway = request.state.gateway
+    replicas = await gateway.upstreams.readiness()
+    is_ready = any(replicas.values())
+    status = {"status": "ready" if is_ready else "unavailable"}
+    if gateway.keys.is_admin(request.headers.get("authorization")):  # replica addresses are the operator's
+        status["replicas"] = replicas  # type: ignore[assignment]
+    return _json(status, 200 if is_ready else 503)
+
+
+async def metrics(request: Request) -> Response:
+    gateway: Gateway = request.state.gateway
+    if not gateway.keys.is_admin(request.headers.get("authorization")):
+        raise OpenAIError(401, "/metrics needs the admin key (auth.admin_key) as 'Authorization: Bearer <key>'.",
+                          code="invalid_api_key")
+    return Response(gateway.metrics.render(), media_type=gateway.metrics.content_type)
+
+
+@cache
+def _openapi_document() -> bytes:
+    """The OpenAPI document beside this module, as JSON, read once per process (the first GET /openapi.json)."""
+    return orjson.dumps(yaml.safe_load((Path(__file__).parent / "openapi.yaml").read_text()))
+
+
+async def openapi(request: Request) -> Response:
+    return Response(_openapi_document(), media_type="application/json")

@@ -1,0 +1,124 @@
+"""Load metrics read from the pools rather than counted on the request path: requests in flight
+and queued, replica health, and each replica's engine as last read from its own /metrics
+(``start_engine_polls``).
+
+One process: a collector reads the pools at scrape time, so the request path updates nothing.
+Several uvicorn workers: each worker copies the same values into prometheus_client's multi-process
+gauges once a second, where a scrape of any worker finds them all, combined per gauge as
+``LoadGauge.mode`` says (in-flight requests add up; an ejection anywhere shows; engine readings are
+the latest any worker wrote).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass
+from time import monotonic
+from typing import TYPE_CHECKING
+
+from prometheus_client import Gauge
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from proxy.upstream.pools import Upstreams
+
+REPLICA = ("pool", "replica")
+
+
+@dataclass(frozen=True, slots=True)
+class LoadGauge:
+    name: str
+    help: str
+    labels: tuple[str, ...] = REPLICA
+    mode: str = "livemostrecent"  # how several workers' values combine (prometheus_client multiprocess_mode)
+    counter: bool = False  # exposed as a counter by one process (a count the engine keeps)
+
+
+IN_FLIGHT = LoadGauge("prefixgate_replica_in_flight", "Requests in flight to each replica from this gateway "
+                      "(all its workers).", mode="livesum")
+HEALTHY = LoadGauge("prefixgate_replica_healthy", "1 while a replica takes requests, 0 while it is ejected "
+                    "(by any worker).", mode="livemin")
+QUEUED = LoadGauge("prefixgate_pool_queued", "Requests waiting for a slot in a pool's queue.", ("pool",), "livesum")
+ENGINE_UP = LoadGauge("prefixgate_engine_up", "1 when the latest reading of a replica's engine metrics "
+                      "succeeded.", mode="livemax")
+OTHERS = LoadGauge("prefixgate_engine_others_requests", "Requests at a replica's engine that this process did "
+                   "not send (running + waiting less its own in flight); the replica choice counts them. With "
+                   "several workers, one series per worker (pid).", mode="liveall")
+RUNNING = LoadGauge("prefixgate_engine_running", "Requests a replica's engine is running, as last read.")
+WAITING = LoadGauge("prefixgate_engine_waiting", "Requests waiting in a replica's engine scheduler, as last read.")
+KV_USAGE = LoadGauge("prefixgate_engine_kv_cache_usage", "Share (0-1) of a replica's KV-cache blocks in use, as "
+                     "last read.")
+HIT_RATE = LoadGauge("prefixgate_engine_prefix_cache_hit_rate", "A replica's prefix-cache hits over queries "
+                     "(tokens) between the last two readings that saw queries.")
+PREEMPTIONS = LoadGauge("prefixgate_engine_preemptions", "Requests a replica's engine preempted (out of KV "
+                        "blocks), as last read.", counter=True)
+GAUGES = (IN_FLIGHT, HEALTHY, QUEUED, ENGINE_UP, OTHERS, RUNNING, WAITING, KV_USAGE, HIT_RATE, PREEMPTIONS)
+
+
+def load_samples(upstreams: Upstreams, now: float) -> Iterator[tuple[LoadGauge, list[str], float]]:
+    """Every load value of the gateway's pools, as (gauge, label values, value)."""
+    for pool in upstreams.all_pools():
+        for replica in pool.replicas:
+            key = [pool.name, replica.base_url]
+            yield IN_FLIGHT, key, replica.in_flight
+            yield HEALTHY, key, 0 if replica.health.tripped else 1
+            if pool.engine_metrics.interval > 0:
+                yield ENGINE_UP, key, 1 if replica.engine_up else 0
+            reading = replica.engine
+            if reading is None:
+                continue
+            yield OTHERS, key, replica.others_at(now)
+            yield RUNNING, key, reading.sample.running
+            yield WAITING, key, reading.sample.waiting
+            yield KV_USAGE, key, reading.sample.kv_usage
+            if reading.hit_rate is not None:
+                yield HIT_RATE, key, reading.hit_rate
+            yield PREEMPTIONS, key, reading.sample.preemptions
+        if pool.gate is not None:
+            yield QUEUED, [pool.name], pool.gate.queue.size
+
+
+class LoadCollector(Collector):
+    """One process: the load values, read at scrape time."""
+
+    def __init__(self) -> None:
+        self.upstreams: Upstreams | None = None  # set once the gateway has started
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[LoadGauge, Metric] = {
+            gauge: (CounterMetricFamily if gauge.counter else GaugeMetricFamily)(
+                gauge.name, gauge.help, labels=list(gauge.labels))
+            for gauge in GAUGES
+        }
+        if self.upstreams is not None:
+            for gauge, labels, value in load_samples(self.upstreams, monotonic()):
+                families[gauge].add_metric(labels, value)  # type: ignore[attr-defined]
+        yield from families.values()
+
+
+class LoadGauges:
+    """Several workers: the load values written to multi-process gauges, by ``publish`` once a
+    ``interval`` and at every scrape this worker answers."""
+
+    def __init__(self, interval: float = 1.0) -> None:
+        self.upstreams: Upstreams | None = None
+        self.interval = interval
+        self._gauges = {
+            # The engine's own counter becomes a gauge here (the multi-process files keep no other kind
+            # that one process may set), under the name the counter's samples have.
+            gauge: Gauge(gauge.name + ("_total" if gauge.counter else ""), gauge.help, list(gauge.labels),
+                         registry=None, multiprocess_mode=gauge.mode)
+            for gauge in GAUGES
+        }
+
+    def publish(self) -> None:
+        if self.upstreams is not None:
+            for gauge, labels, value in load_samples(self.upstreams, monotonic()):
+                self._gauges[gauge].labels(*labels).set(value)
+
+    async def publish_forever(self) -> None:
+        while True:
+            self.publish()
+            await asyncio.sleep(self.interval)

@@ -1,0 +1,2 @@
+"""HTTP clients behind one small ``Transport`` protocol: aiohttp (the default) and httpx.
+"""

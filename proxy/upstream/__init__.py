@@ -1,0 +1,3 @@
+"""Where a request goes and the call itself: pools and replicas, the replica load read from each
+engine, the upstream call (slot, replica, retry, relay), and litellm pools.
+"""

@@ -1,0 +1,76 @@
+"""Polling each replica's own /metrics: the load other senders put on it, which the replica choice
+counts, and the per-replica engine figures prefixgate's /metrics shows (``parse_engine_metrics``
+says why). One task per replica, so a slow engine delays only its own reading."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from policies.engine_load import EngineSample, foreign_load, hit_rate, lasting_load, parse_engine_metrics
+from proxy.transports.base import UpstreamError
+
+if TYPE_CHECKING:
+    from proxy.config.pools import EngineMetrics
+    from proxy.upstream.pools import Pool, Replica
+
+log = logging.getLogger("prefixgate")
+
+NOT_VLLM_WAIT = 60.0  # seconds before asking again an upstream whose /metrics is not vLLM's
+
+
+@dataclass(frozen=True, slots=True)
+class EngineReading:
+    sample: EngineSample
+    hit_rate: float | None  # prefix-cache hits over queries in the last interval that had queries
+    seen_others: int  # this reading's others' load, before lasting_load
+
+
+async def read_engine(replica: Replica, settings: EngineMetrics) -> bool | None:
+    """One reading into ``replica.engine`` and its others' load. True: read; False: no answer (try
+    again next interval); None: it answered, but not with vLLM's metrics."""
+    in_flight, taken = replica.in_flight, replica.taken
+    try:
+        status, body = await replica.transport.get(replica.origin + settings.path, settings.timeout)
+    except UpstreamError:
+        replica.engine_up = False
+        return False
+    sample = parse_engine_metrics(body) if status == 200 else None
+    if sample is None:
+        replica.engine_up = False
+        return None if status in (200, 404) else False
+    previous = replica.engine
+    now = time.monotonic()
+    # Own requests: those in flight when the reading began and all sent while it was under way (some
+    # may have ended meanwhile), so a request sent during the reading is never read as another's.
+    seen = foreign_load(sample, max(in_flight + replica.taken - taken, replica.in_flight))
+    rate = hit_rate(previous.sample if previous else None, sample)
+    if rate is None and previous is not None:
+        rate = previous.hit_rate  # an idle interval: keep the last rate rather than none
+    replica.engine = EngineReading(sample, rate, seen)
+    replica.engine_up = True
+    replica.others = lasting_load(previous.seen_others if previous else None, seen)
+    replica.others_until = now + 3 * settings.interval
+    return True
+
+
+async def poll_engine(replica: Replica, settings: EngineMetrics) -> None:
+    """Read ``replica``'s engine every interval, until cancelled."""
+    warned = False
+    while True:
+        read = await read_engine(replica, settings)
+        if read is None and not warned:
+            log.info("replica %s of pool '%s' serves no vLLM metrics at %s; asking again every %.0f s",
+                     replica.base_url, replica.pool, settings.path, NOT_VLLM_WAIT)
+            warned = True
+        await asyncio.sleep(NOT_VLLM_WAIT if read is None else settings.interval)
+
+
+def start_engine_polls(pools: Iterable[Pool]) -> list[asyncio.Task[None]]:
+    loop = asyncio.get_running_loop()
+    return [loop.create_task(poll_engine(replica, pool.engine_metrics), name=f"engine metrics {replica.base_url}")
+            for pool in pools if pool.engine_metrics.interval > 0 for replica in pool.replicas]

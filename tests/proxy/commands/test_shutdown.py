@@ -1,0 +1,132 @@
+"""SIGTERM to `prefixgate serve`: it stops taking new connections, lets the answers in flight finish
+up to server.drain_timeout_s, tells those still running past it that it is shutting down, and exits."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import orjson
+import yaml
+
+from proxy.engine.process import free_port
+from tests.conftest import FakeServer, pool
+
+
+@contextmanager
+def serving(fake: FakeServer, tmp_path: Path, **server: object) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    port = free_port()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(yaml.safe_dump({"server": {"port": port, **server}, "pools": [pool("p", fake.base_url)],
+                                      "data_dir": str(tmp_path)}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFIXGATE_")}
+    process = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--config", str(config)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline and process.poll() is None, "prefixgate did not start"
+            time.sleep(0.2)
+        yield process, port
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+
+
+def stream_under_way(port: int, tokens: int, delay_ms: int) -> tuple[threading.Thread, list[bytes]]:
+    """A stream of ``tokens`` chunks ``delay_ms`` apart, read in a thread; returns once its first bytes came."""
+    received: list[bytes] = []
+    body = {"model": "fake-model", "stream": True, "fake_tokens": tokens, "fake_delay_ms": delay_ms,
+            "messages": [{"role": "user", "content": "a long answer, please"}]}
+
+    def stream() -> None:
+        with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=60) as answer:
+            received.extend(answer.iter_bytes())
+
+    reader = threading.Thread(target=stream)
+    reader.start()
+    started = time.monotonic()
+    while not received:
+        assert time.monotonic() - started < 10 and reader.is_alive(), "the stream did not start"
+        time.sleep(0.02)
+    return reader, received
+
+
+def connection_refused(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return False
+    except OSError:
+        return True
+
+
+def test_sigterm_lets_streams_in_flight_finish_and_refuses_new_connections(fake: FakeServer, tmp_path: Path) -> None:
+    with serving(fake, tmp_path) as (process, port):
+        reader, received = stream_under_way(port, tokens=20, delay_ms=100)
+        process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 5  # uvicorn closes its listening socket as soon as it handles the signal
+        while not (refused := connection_refused(port)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        reader.join(30)
+        assert process.wait(30) == 0
+    text = b"".join(received).decode()
+    assert refused, "a new connection was accepted after SIGTERM"
+    assert text.count('"chat.completion.chunk"') >= 20 and text.rstrip().endswith("data: [DONE]"), text[-300:]
+
+
+def test_a_stream_still_running_at_the_drain_deadline_ends_with_a_shutting_down_event(
+    fake: FakeServer, tmp_path: Path
+) -> None:
+    """A 6 s stream, a 1 s deadline: the client learns why its stream stopped (and may retry), the
+    engine's request is aborted, and the process exits without waiting for the stream."""
+    disconnects = fake.app.stats.disconnects
+    with serving(fake, tmp_path, drain_timeout_s=1) as (process, port):
+        reader, received = stream_under_way(port, tokens=60, delay_ms=100)
+        process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        assert process.wait(20) == 0
+        exited = time.monotonic() - signalled
+        reader.join(10)
+    events = [line[len(b"data: "):] for line in b"".join(received).split(b"\n\n") if line.startswith(b"data: ")]
+    assert 1 <= exited < 4, exited
+    assert events[-1] != b"[DONE]" and orjson.loads(events[-1])["error"]["code"] == "shutting_down"
+    assert 5 <= len(events) - 1 < 60  # it was cut short, after the chunks it got in the second allowed
+    deadline = time.monotonic() + 5
+    while fake.app.stats.disconnects == disconnects and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fake.app.stats.disconnects == disconnects + 1  # the upstream saw its request dropped
+
+
+def test_an_answer_not_begun_at_the_drain_deadline_gets_a_503_to_retry(fake: FakeServer, tmp_path: Path) -> None:
+    answers: list[httpx.Response] = []
+    body = {"model": "fake-model", "fake_tokens": 80, "fake_delay_ms": 100,  # a JSON answer after 8 s
+            "messages": [{"role": "user", "content": "slow to start"}]}
+    with serving(fake, tmp_path, drain_timeout_s=1) as (process, port):
+        active = fake.app.stats.active
+        asking = threading.Thread(target=lambda: answers.append(
+            httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=30)))
+        asking.start()
+        started = time.monotonic()
+        while fake.app.stats.active == active:  # the upstream has it
+            assert time.monotonic() - started < 10, "the request did not reach the upstream"
+            time.sleep(0.02)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 0
+        asking.join(10)
+    assert answers[0].status_code == 503 and answers[0].headers["retry-after"] == "1"
+    assert answers[0].json()["error"]["code"] == "shutting_down"

@@ -1,0 +1,75 @@
+"""The published OpenAPI document, and schemathesis fuzzing the running gateway from it: every
+answer is documented, has the documented shape and is never a 5xx; bodies the schema calls invalid
+are refused. (Driven through hypothesis directly: schemathesis's pytest plugin does not load under
+this pytest.)"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+import pytest
+import schemathesis
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    negative_data_rejection,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from proxy.app import create_app
+from tests.conftest import FakeServer, make_config, pool
+from tests.support.servers import serve_in_thread
+
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
+          negative_data_rejection]
+DOCUMENT = yaml.safe_load((Path(__file__).resolve().parents[3] / "proxy" / "http" / "openapi.yaml").read_text())
+OPERATIONS = [result.ok() for result in schemathesis.openapi.from_dict(DOCUMENT).get_all_operations()]
+
+
+def _served_model(case: schemathesis.Case) -> schemathesis.Case:
+    """Valid bodies name the model the fake engine serves, so they reach it (any other name is its 404)."""
+    if isinstance(case.body, dict) and "model" in case.body:
+        case.body["model"] = "fake-model"
+    return case
+
+
+CASES = st.one_of(
+    *(operation.as_strategy(generation_mode=GenerationMode.POSITIVE).map(_served_model) for operation in OPERATIONS),
+    *(operation.as_strategy(generation_mode=GenerationMode.NEGATIVE) for operation in OPERATIONS),
+)
+@pytest.fixture(scope="module")
+def origin(fake: FakeServer) -> Iterator[str]:
+    config = {"pools": [pool("p", fake.base_url)], "limits": {"max_tokens": 16}}
+    with ExitStack() as stack:
+        yield stack.enter_context(serve_in_thread(create_app(make_config(config))))
+
+
+def test_the_served_document_is_the_committed_one(origin: str) -> None:
+    assert httpx.get(origin + "/openapi.json").json() == DOCUMENT
+    assert {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models"} <= set(DOCUMENT["paths"])
+
+
+def test_the_gateway_keeps_to_its_document_and_the_fuzzing_reaches_every_operation_both_ways(origin: str) -> None:
+    seen: Counter[str] = Counter()
+
+    @settings(max_examples=400, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
+    @given(case=CASES)
+    def fuzz(case: schemathesis.Case) -> None:
+        response = case.call_and_validate(base_url=origin, checks=CHECKS, timeout=10)
+        mode = case.meta.generation.mode.value if case.meta else ""
+        seen[f"{case.operation.label} {mode} {response.status_code}"] += 1
+
+    fuzz()
+    labels = " ".join(seen)
+    for operation in ("POST /v1/chat/completions", "POST /v1/completions", "POST /v1/embeddings"):
+        assert f"{operation} positive 200" in labels and f"{operation} negative 400" in labels, seen

@@ -1,0 +1,50 @@
+"""Embedders: the remote one keeps input order; the local one loads offline (the micro-batcher in front of
+either is tested in test_micro_batch.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from proxy.retrieval.embeddings import RemoteEmbeddings
+from tests.conftest import FakeServer
+
+
+class CountingEmbedder:
+    """Answers each text with [len(text)] after a short pause, like a model's forward pass."""
+
+    dimensions = 1
+
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[list[str]] = []
+        self.fail = fail
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        self.calls.append(list(texts))
+        await asyncio.sleep(0.02)
+        if self.fail:
+            raise RuntimeError("model crashed")
+        return [[float(len(text))] for text in texts]
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_remote_embeddings_come_back_in_input_order(fake: FakeServer) -> None:
+    embedder = RemoteEmbeddings(fake.base_url, "fake-model", dimensions=3, timeout=5)
+    try:
+        assert await embedder.embed(["a", "b"]) == [[0.1, 0.2, 0.3], [0.1, 0.2, 0.3]]
+        assert fake.app.stats.last_body == {"model": "fake-model", "input": ["a", "b"]}
+    finally:
+        await embedder.aclose()
+
+
+def test_ingest_refuses_missing_paths_and_an_empty_command(tmp_path: Path) -> None:
+    env = {**os.environ, "PREFIXGATE_DATA_DIR": str(tmp_path)}
+    for args, message in ((["nowhere.md"], "no such file or directory: nowhere.md"), ([], "give PATH")):
+        done = subprocess.run([sys.executable, "-m", "proxy", "ingest", *args, "--tenant", "t"],
+                              capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr

@@ -1,0 +1,144 @@
+"""Relay mechanics against the fake upstream, with both HTTP clients."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from policies.cache_salt import salt_policy
+from proxy.auth.keys import OPEN_TENANT
+from tests.conftest import FakeServer, pool
+
+CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+SALT_SECRET = "relay-salt-secret-0123"
+
+
+@pytest.fixture(params=["aiohttp", "httpx"])
+def gateway(request: pytest.FixtureRequest, fake: FakeServer, start_proxy: Callable[..., str]) -> str:
+    return start_proxy({
+        "server": {"http_client": request.param},
+        "pools": [pool("main", fake.base_url, timeouts={"first_byte": 30, "total": 3})],
+        "auth": {"cache_salt_secret": SALT_SECRET},
+    })
+
+
+def events(body: bytes) -> list[bytes]:
+    return [line[len(b"data: "):] for line in body.split(b"\n\n") if line.startswith(b"data: ")]
+
+
+def stats(fake: FakeServer) -> dict[str, Any]:
+    return httpx.get(fake.url + "/_stats").json()
+
+
+def test_stream_is_relayed_byte_for_byte(gateway: str, fake: FakeServer) -> None:
+    body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+    direct = httpx.post(fake.base_url + "/chat/completions", json=body)
+    proxied = httpx.post(gateway + "/v1/chat/completions", json=body)
+    assert proxied.status_code == 200
+    assert proxied.headers["content-type"].startswith("text/event-stream")
+    assert proxied.content == direct.content
+    parsed = events(proxied.content)
+    assert parsed[-1] == b"[DONE]"
+    assert orjson.loads(parsed[-2])["usage"]["completion_tokens"] == 5
+
+
+def test_a_stream_without_include_usage_reaches_the_client_as_the_upstream_would_send_it(
+    gateway: str, fake: FakeServer
+) -> None:
+    """The gateway asks the engine for the usage event (to charge the tokens it reports, not a count
+    of events) and takes it out again: the client gets what it would have got directly."""
+    body = {**CHAT, "stream": True}
+    direct = httpx.post(fake.base_url + "/chat/completions", json=body)
+    proxied = httpx.post(gateway + "/v1/chat/completions", json=body)
+    assert proxied.status_code == 200 and proxied.content == direct.content
+    assert b'"usage"' not in proxied.content
+    assert httpx.get(fake.url + "/_stats").json()["last_body"]["stream_options"] == {"include_usage": True}
+
+
+def test_request_body_reaches_upstream_unchanged(gateway: str, fake: FakeServer) -> None:
+    body = {**CHAT, "ignore_eos": True, "cache_salt": "s1", "vendor_extra": {"a": [1, 2]}}
+    assert httpx.post(gateway + "/v1/chat/completions", json=body).status_code == 200
+    # All but the salt, which the default "isolate" mode mixes with the tenant's own (test_cache_salt.py).
+    salt = salt_policy("isolate", SALT_SECRET.encode(), OPEN_TENANT).upstream_salt("s1")
+    assert httpx.get(fake.url + "/_stats").json()["last_body"] == {**body, "cache_salt": salt}
+
+
+def test_non_streaming_answer_is_relayed_unchanged(gateway: str, fake: FakeServer) -> None:
+    direct = httpx.post(fake.base_url + "/chat/completions", json=CHAT)
+    proxied = httpx.post(gateway + "/v1/chat/completions", json=CHAT)
+    assert proxied.status_code == 200 and proxied.content == direct.content
+
+
+@pytest.mark.parametrize("model", ["fake-die", "fake-nodone"])
+def test_broken_stream_ends_with_error_event(gateway: str, model: str) -> None:
+    response = httpx.post(gateway + "/v1/chat/completions", json={**CHAT, "model": model, "stream": True})
+    assert response.status_code == 200
+    last = orjson.loads(events(response.content)[-1])
+    assert last["error"]["type"] == "upstream_error" and last["error"]["code"] == "upstream_broken"
+
+
+def test_total_timeout_mid_stream_ends_with_error_event(gateway: str) -> None:
+    body = {**CHAT, "stream": True, "max_tokens": 100, "fake_delay_ms": 50}  # 5 s > total of 3 s
+    started = time.monotonic()
+    response = httpx.post(gateway + "/v1/chat/completions", json=body, timeout=10)
+    assert time.monotonic() - started < 4.5
+    last = orjson.loads(events(response.content)[-1])
+    assert last["error"]["code"] == "upstream_timeout"
+
+
+async def test_one_broken_stream_leaves_concurrent_streams_intact(gateway: str) -> None:
+    async with httpx.AsyncClient(base_url=gateway, timeout=10) as client:
+        good = {**CHAT, "stream": True, "max_tokens": 20, "fake_delay_ms": 5}
+        bad = {**CHAT, "model": "fake-die", "stream": True, "fake_delay_ms": 5}
+        answers = await asyncio.gather(
+            *(client.post("/v1/chat/completions", json=good) for _ in range(8)),
+            client.post("/v1/chat/completions", json=bad),
+        )
+    for answer in answers[:8]:
+        assert events(answer.content)[-1] == b"[DONE]"
+    assert b"upstream_broken" in answers[8].content
+
+
+def _open_stream(gateway: str, body: dict[str, Any]) -> socket.socket:
+    host, port = gateway.removeprefix("http://").split(":")
+    payload = orjson.dumps(body)
+    sock = socket.create_connection((host, int(port)))
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload
+    )
+    return sock
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if condition():
+            return time.monotonic() - started
+        time.sleep(0.02)
+    raise AssertionError(f"condition not met within {timeout} s")
+
+
+def test_client_leaving_mid_stream_closes_upstream(gateway: str, fake: FakeServer) -> None:
+    before = stats(fake)["disconnects"]
+    sock = _open_stream(gateway, {**CHAT, "stream": True, "max_tokens": 400, "fake_delay_ms": 20})
+    assert b"200 OK" in sock.recv(4096)
+    sock.close()
+    _wait_for(lambda: stats(fake)["disconnects"] > before, timeout=1.0)
+    assert stats(fake)["active"] == 0
+
+
+def test_client_leaving_before_first_byte_closes_upstream(gateway: str, fake: FakeServer) -> None:
+    """While the engine is still in prefill nothing is written, so only a receive-side watch notices."""
+    before = stats(fake)["disconnects"]
+    sock = _open_stream(gateway, {**CHAT, "model": "fake-hang", "stream": True})
+    _wait_for(lambda: stats(fake)["active"] > 0, timeout=2.0)
+    sock.close()
+    _wait_for(lambda: stats(fake)["disconnects"] > before, timeout=1.0)

@@ -1,0 +1,170 @@
+"""Each replica's engine as prefixgate reads it from the engine's own /metrics: shown on prefixgate's
+/metrics per replica, and the requests other senders have there counted in the replica choice."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+import pytest
+
+from policies.health import EjectionRules
+from proxy.config.pools import EngineMetrics
+from proxy.upstream.pools import Replica
+from proxy.upstream.replica_load import read_engine
+from tests.conftest import FakeServer, pool
+from tests.proxy.upstream.test_pools import PROMPTS, _ask, _served_by
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.gateways import gateway_processes
+from tests.support.metrics_text import sample_sum
+from tests.support.servers import serve_in_thread
+
+FAST = {"engine_metrics": {"interval": 0.1}}
+
+
+@pytest.fixture
+def replicas() -> Iterator[list[FakeServer]]:
+    with ExitStack() as stack:
+        fakes = [FakeUpstream() for _ in range(2)]
+        yield [FakeServer(stack.enter_context(serve_in_thread(app)), app) for app in fakes]
+
+
+def _metrics(proxy: str) -> str:
+    return httpx.get(proxy + "/metrics").text
+
+
+def _until(proxy: str, name: str, replica: FakeServer, value: float, timeout: float = 5) -> str:
+    """prefixgate's /metrics once its ``name`` for ``replica`` reads ``value``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = _metrics(proxy)
+        if sample_sum(text, name, pool="p", replica=replica.base_url) == value or time.monotonic() > deadline:
+            return text
+        time.sleep(0.05)
+
+
+def _served(proxy: str, replicas: list[FakeServer], system: str, tag: str) -> list[int]:
+    served = []
+    for turn in range(4):
+        question = f"{tag} question {turn}"
+        _ask(proxy, system, question)
+        served.append(_served_by(replicas, question))
+    return served
+
+
+def test_requests_others_queued_at_a_replica_move_its_prefix_elsewhere(
+        start_proxy: Callable[..., str], replicas: list[FakeServer]) -> None:
+    proxy = start_proxy({"pools": [pool("p", *(r.base_url for r in replicas), **FAST)]})
+    system = PROMPTS[0]
+    home = _served(proxy, replicas, system, "alone")[0]
+    other = 1 - home
+    busy = replicas[home]
+    busy.app.waiting = 12  # another gateway's (or a direct client's) requests, queued in that engine
+    text = _until(proxy, "prefixgate_engine_others_requests", busy, 12)  # two readings in a row saw them
+    assert sample_sum(text, "prefixgate_engine_waiting", pool="p", replica=busy.base_url) == 12
+    assert sample_sum(text, "prefixgate_engine_up", pool="p", replica=busy.base_url) == 1
+    assert sample_sum(text, "prefixgate_engine_others_requests", pool="p", replica=busy.base_url) == 12
+    assert sample_sum(text, "prefixgate_engine_kv_cache_usage", pool="p", replica=busy.base_url) == 0.75
+    assert _served(proxy, replicas, system, "busy") == [other] * 4
+    busy.app.waiting = 0
+    _until(proxy, "prefixgate_engine_others_requests", busy, 0)
+    assert _served(proxy, replicas, system, "drained") == [home] * 4
+
+
+def test_a_reading_that_stops_coming_stops_counting(start_proxy: Callable[..., str],
+                                                    replicas: list[FakeServer]) -> None:
+    proxy = start_proxy({"pools": [pool("p", *(r.base_url for r in replicas), **FAST)]})
+    system = PROMPTS[1]
+    home = _served(proxy, replicas, system, "alone")[0]
+    busy = replicas[home]
+    busy.app.waiting = 12
+    _until(proxy, "prefixgate_engine_others_requests", busy, 12)
+    busy.app.serves_metrics = False  # the engine still answers requests, no longer its metrics
+    text = _until(proxy, "prefixgate_engine_up", busy, 0)
+    assert sample_sum(text, "prefixgate_engine_up", pool="p", replica=busy.base_url) == 0
+    time.sleep(0.4)  # three intervals: the last reading is too old to count
+    assert sample_sum(_metrics(proxy), "prefixgate_engine_others_requests", pool="p", replica=busy.base_url) == 0
+    assert _served(proxy, replicas, system, "stale") == [home] * 4
+
+
+def test_upstreams_without_vllm_metrics_route_on_this_process_alone(
+        start_proxy: Callable[..., str], replicas: list[FakeServer]) -> None:
+    for replica in replicas:
+        replica.app.serves_metrics = False
+    proxy = start_proxy({"pools": [pool("p", *(r.base_url for r in replicas), **FAST)]})
+    time.sleep(0.3)
+    text = _metrics(proxy)
+    assert [sample_sum(text, "prefixgate_engine_up", pool="p", replica=r.base_url) for r in replicas] == [0, 0]
+    assert "prefixgate_engine_running{" not in text
+    assert len(set(_served(proxy, replicas, PROMPTS[2], "plain"))) == 1
+
+
+def test_the_engine_figures_follow_the_engine(start_proxy: Callable[..., str], replicas: list[FakeServer]) -> None:
+    """Running requests and the prefix-cache hit rate between readings, as the engine reports them."""
+    target = replicas[0]
+    proxy = start_proxy({"pools": [pool("p", target.base_url, **FAST)]})
+    body = {"model": "fake-slow-stream", "max_tokens": 2, "stream": True, "fake_first_ms": 800,
+            "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(timeout=10) as client, client.stream("POST", proxy + "/v1/chat/completions", json=body):
+        text = _until(proxy, "prefixgate_engine_running", target, 1)
+        assert sample_sum(text, "prefixgate_engine_running", pool="p", replica=target.base_url) == 1
+        assert sample_sum(text, "prefixgate_engine_others_requests", pool="p", replica=target.base_url) == 0
+    _ask(proxy, "system", "one more")
+    text = _until(proxy, "prefixgate_engine_prefix_cache_hit_rate", target, 0.75)
+    assert sample_sum(text, "prefixgate_engine_prefix_cache_hit_rate", pool="p", replica=target.base_url) == 0.75
+
+
+def _slow(origin: str, question: str, first_ms: int) -> int:
+    body = {"model": "fake-slow-stream", "max_tokens": 2, "stream": True, "fake_first_ms": first_ms,
+            "messages": [{"role": "system", "content": PROMPTS[3]}, {"role": "user", "content": question}]}
+    return httpx.post(origin + "/v1/chat/completions", json=body, timeout=30).status_code
+
+
+@pytest.mark.parametrize("interval", [0.1, 0])
+def test_a_gateway_process_sees_the_requests_another_one_holds(tmp_path: Path, replicas: list[FakeServer],
+                                                               interval: float) -> None:
+    """Two gateway processes, one prompt: the first holds five long requests at the prompt's home
+    replica; the second, reading the engines' metrics, sends the prompt's next request to the other
+    replica, where on its own count (no readings) it would have sent it home too."""
+    config = {"pools": [pool("p", *(r.base_url for r in replicas), engine_metrics={"interval": interval})]}
+    with gateway_processes(config, tmp_path, 2) as (first, second), ThreadPoolExecutor(5) as held:
+        answers = [held.submit(_slow, first, f"held {n}", 3000) for n in range(5)]
+        deadline = time.monotonic() + 5
+        while sum(r.app.stats.active for r in replicas) < 5 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        home = _served_by(replicas, "held 0")
+        assert [_served_by(replicas, f"held {n}") for n in range(5)] == [home] * 5
+        if interval:
+            _until(second, "prefixgate_engine_others_requests", replicas[home], 5)
+        assert _slow(second, "next", 1) == 200
+        assert _served_by(replicas, "next") == (1 - home if interval else home)
+        assert [answer.result() for answer in answers] == [200] * 5
+
+
+class _RaceTransport:
+    """Answers GET /metrics while one of this process's own requests starts and ends (the race a
+    lone gateway's sequential traffic runs into): the engine counts it, in_flight no longer does."""
+
+    def __init__(self) -> None:
+        self.replica: Replica | None = None
+
+    async def get(self, url: str, timeout: float) -> tuple[int, bytes]:
+        assert self.replica is not None
+        self.replica.take()  # sent, and still running at the engine when it wrote its metrics ...
+        self.replica.release()  # ... and ended before the reading was parsed
+        return 200, b'vllm:num_requests_running{engine="0"} 1.0\nvllm:num_requests_waiting{engine="0"} 0.0\n'
+
+
+def test_a_request_of_its_own_that_came_and_went_during_a_reading_is_not_anothers() -> None:
+    transport = _RaceTransport()
+    replica = Replica("http://127.0.0.1:9/v1", transport, "/health", EjectionRules(), "p")  # type: ignore[arg-type]
+    transport.replica = replica
+    for _ in range(2):  # two readings: the others' load counted is what both saw
+        assert asyncio.run(read_engine(replica, EngineMetrics(interval=1))) is True
+    assert replica.engine is not None and replica.engine.sample.running == 1
+    assert replica.others == 0

@@ -1,0 +1,88 @@
+"""An upstream process killed (SIGKILL) while it streams: each stream it was serving ends with a
+terminal SSE error event, every stream on the other replica finishes, and the gateway goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from proxy.engine.process import free_port
+from tests.conftest import pool
+
+ROOT = Path(__file__).resolve().parents[3]
+STREAMS = 12
+
+
+@pytest.fixture
+def upstreams() -> Iterator[list[tuple[subprocess.Popen[bytes], str]]]:
+    started = []
+    for _ in range(2):
+        port = free_port()
+        process = subprocess.Popen([sys.executable, "-m", "tests.support.fake_upstream", "--port", str(port)],
+                                   cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        started.append((process, f"http://127.0.0.1:{port}"))
+    for process, origin in started:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(origin + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline and process.poll() is None, "the fake upstream did not start"
+            time.sleep(0.1)
+    yield started
+    for process, _ in started:
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+
+
+def active(origin: str) -> int:
+    return httpx.get(origin + "/_stats", timeout=5).json()["active"]
+
+
+def last_event(body: bytes) -> bytes:
+    return [line for line in body.split(b"\n\n") if line.startswith(b"data: ")][-1][len(b"data: "):]
+
+
+def test_streams_on_a_killed_upstream_end_with_an_error_event_and_the_others_finish(
+    upstreams: list[tuple[subprocess.Popen[bytes], str]], start_proxy: Callable[..., str]
+) -> None:
+    (victim, victim_origin), (_, survivor_origin) = upstreams
+    gateway = start_proxy({"pools": [pool("p", victim_origin + "/v1", survivor_origin + "/v1",
+                                          models=["fake-model"])]})
+
+    async def run() -> tuple[list[httpx.Response], int]:
+        async with httpx.AsyncClient(base_url=gateway, timeout=30) as client:
+            calls = [asyncio.create_task(client.post("/v1/chat/completions", json={
+                "model": "fake-model", "stream": True, "fake_tokens": 60, "fake_delay_ms": 50,
+                "messages": [{"role": "user", "content": f"Conversation {n} about something else entirely."}]}))
+                for n in range(STREAMS)]
+            deadline = time.monotonic() + 10
+            while await asyncio.to_thread(lambda: active(victim_origin) + active(survivor_origin)) < STREAMS:
+                assert time.monotonic() < deadline, "the streams did not all start"
+                await asyncio.sleep(0.05)
+            on_victim = await asyncio.to_thread(active, victim_origin)
+            os.kill(victim.pid, signal.SIGKILL)
+            return await asyncio.gather(*calls), on_victim
+
+    answers, on_victim = asyncio.run(run())
+    assert 0 < on_victim < STREAMS, "every stream went to one replica: nothing to compare"
+    ends = [last_event(answer.content) for answer in answers]
+    broken = [orjson.loads(end)["error"]["code"] for end in ends if end != b"[DONE]"]
+    assert all(answer.status_code == 200 for answer in answers)
+    assert broken == ["upstream_broken"] * on_victim and ends.count(b"[DONE]") == STREAMS - on_victim
+    after = httpx.post(gateway + "/v1/chat/completions", timeout=30,
+                       json={"model": "fake-model", "messages": [{"role": "user", "content": "still there?"}]})
+    assert after.status_code == 200  # retried on, or sent to, the replica that lives
