@@ -11,11 +11,12 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
+from policies.refusals import Refused
 from proxy.config.gateway import Config, config_from_dump
 from proxy.connections.guard import ConnectionGuard, file_limit
 from proxy.gateway import Gateway
 from proxy.http import service_routes as routes
-from proxy.http.errors import OpenAIError, http_exception_handler, openai_error_handler, unexpected_error_handler
+from proxy.http.errors import http_exception_handler, refused_handler, unexpected_error_handler
 from proxy.http.generation import FastPath, GenerationRoute
 from proxy.observability.metrics import Metrics
 from proxy.retrieval.retriever import StoreOpener
@@ -51,7 +52,7 @@ def create_app(config: Config, *, open_store: StoreOpener | None = None) -> ASGI
             Route("/openapi.json", routes.openapi, methods=["GET"]),
         ],
         exception_handlers={
-            OpenAIError: openai_error_handler,
+            Refused: refused_handler,
             HTTPException: http_exception_handler,
             Exception: unexpected_error_handler,
         },

@@ -9,10 +9,9 @@ off instead of hammering an engine that is already saturated.
 from __future__ import annotations
 
 import asyncio
-import math
 
 from policies.fair_queue import FairQueue
-from proxy.http.errors import OpenAIError
+from policies.refusals import Refused, Shed, ShedReason
 
 
 class PoolGate:
@@ -25,33 +24,26 @@ class PoolGate:
         self.in_flight = 0
         self.queue: FairQueue[asyncio.Future[None]] = FairQueue(queue_size)
 
-    def _retry_after(self) -> dict[str, str]:
-        return {"Retry-After": str(max(1, math.ceil(min(self.timeout, 5.0))))}
-
-    def _over_share(self) -> OpenAIError:
-        return OpenAIError(503, f"Pool '{self.name}' is saturated and this tenant holds its share of the wait queue.",
-                           code="queue_share_exceeded", headers=self._retry_after())
+    def _shed(self, reason: ShedReason) -> Refused:
+        return Refused(Shed(self.name, reason, retry_after=min(self.timeout, 5.0), queue_timeout=self.timeout))
 
     async def acquire(self, tenant: str) -> None:
-        """Take a slot, waiting fairly for one; raises the 503 that sheds the request."""
+        """Take a slot, waiting fairly for one; raises the ``Shed`` refusal that sheds the request."""
         if self.in_flight < self.capacity and not self.queue.size:
             self.in_flight += 1
             return
         if not self.queue.can_take(tenant):
             displaced = self.queue.make_room(tenant)
             if displaced is None:
-                raise self._over_share() if self.queue.size < self.queue.bound else OpenAIError(
-                    503, f"Pool '{self.name}' is saturated: its wait queue is full.", code="queue_full",
-                    headers=self._retry_after())
-            displaced.set_exception(self._over_share())
+                raise self._shed("queue_share_exceeded" if self.queue.size < self.queue.bound else "queue_full")
+            displaced.set_exception(self._shed("queue_share_exceeded"))
         slot: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.queue.push(tenant, slot)
         try:
             await asyncio.wait_for(asyncio.shield(slot), self.timeout)
         except TimeoutError:
             if self.queue.remove(tenant, slot):
-                raise OpenAIError(503, f"Pool '{self.name}' is saturated: no slot within {self.timeout:g} s.",
-                                  code="queue_timeout", headers=self._retry_after()) from None
+                raise self._shed("queue_timeout") from None
             # the slot was granted as the wait ran out: keep it
         except BaseException:  # displaced, or the client left while waiting: give up the place or the slot
             granted = slot.done() and not slot.cancelled() and slot.exception() is None

@@ -8,7 +8,6 @@ the usage the upstream reported.
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -16,11 +15,11 @@ from typing import Any
 from policies.admission import TokenCaps, cap_output, check_input, requested_output
 from policies.affinity import prefix_key
 from policies.length import LengthHistory, Prediction, features_of, predict
-from policies.limits import RateLimits, Verdict, output_reservation
+from policies.limits import RateLimits, output_reservation, ratelimit_headers
+from policies.refusals import LimiterDown, RateLimited, Refused
 from policies.stable_prefix import Pieces
 from proxy.admission.rate_limiter import Limiter, LimiterUnavailable, Ticket
 from proxy.admission.token_count import TokenCounter
-from proxy.http.errors import OpenAIError
 from proxy.observability.metrics import Metrics
 
 TEMPLATE_CHARS = 512  # the prompt start that identifies a (tenant, template) for length history
@@ -53,44 +52,6 @@ class Admitted:
     ticket: Ticket | None = None
     reserved: int = 0
     length_key: int | None = None
-
-
-def reset_text(seconds: float) -> str:
-    """OpenAI's x-ratelimit-reset-* form: "20ms", "1.5s", "6m0s"."""
-    if seconds < 1:
-        return f"{max(0, math.ceil(seconds * 1000))}ms"
-    if seconds < 60:
-        return f"{round(seconds, 3):g}s"
-    return f"{int(seconds // 60)}m{int(seconds % 60)}s"
-
-
-def ratelimit_headers(limits: RateLimits, verdict: Verdict) -> list[tuple[bytes, bytes]]:
-    headers = []
-    if limits.requests_per_minute is not None:
-        headers += [(b"x-ratelimit-limit-requests", str(limits.requests_per_minute).encode()),
-                    (b"x-ratelimit-remaining-requests", str(verdict.remaining_requests).encode()),
-                    (b"x-ratelimit-reset-requests", reset_text(verdict.reset_requests).encode())]
-    if limits.tokens_per_minute is not None:
-        headers += [(b"x-ratelimit-limit-tokens", str(limits.tokens_per_minute).encode()),
-                    (b"x-ratelimit-remaining-tokens", str(verdict.remaining_tokens).encode()),
-                    (b"x-ratelimit-reset-tokens", reset_text(verdict.reset_tokens).encode())]
-    return headers
-
-
-def _refusal(limits: RateLimits, verdict: Verdict, tokens: int) -> OpenAIError:
-    headers = {k.decode(): v.decode() for k, v in ratelimit_headers(limits, verdict)}
-    if verdict.too_large:
-        return OpenAIError(429, f"Request too large: {tokens} tokens (prompt plus reserved output) against a limit "
-                                f"of {limits.tokens_per_minute} tokens per minute; lower max_tokens or the prompt.",
-                           type="tokens", code="rate_limit_exceeded", headers=headers)
-    wait = verdict.retry_after
-    which = "requests" if verdict.reset_requests >= verdict.reset_tokens else "tokens"
-    limit = limits.requests_per_minute if which == "requests" else limits.tokens_per_minute
-    headers["Retry-After"] = str(max(1, math.ceil(wait)))
-    headers["retry-after-ms"] = str(max(1, math.ceil(wait * 1000)))
-    return OpenAIError(429, f"Rate limit reached for {which} per minute: limit {limit}. "
-                            f"Try again in {reset_text(wait)}.", type=which, code="rate_limit_exceeded",
-                       headers=headers)
 
 
 class LengthBook:
@@ -128,14 +89,14 @@ class Admission:
 
     def prepare(self, tenant: TenantAdmission, body: dict[str, Any], changed: bool, pieces: Pieces,
                 tenant_name: str) -> Admitted:
-        """Count the prompt, cap it and the output, predict the output; raises the 400 that refuses it."""
+        """Count the prompt, cap it and the output, predict the output; raises the ``Rejection`` that refuses it."""
         prompt_tokens = self.counter.count(pieces)
         refused = check_input(prompt_tokens, tenant.caps, "messages" if "messages" in body else "prompt")
         if refused is not None:
-            raise OpenAIError.from_rejection(refused)
+            raise Refused(refused)
         capped = cap_output(body, tenant.caps)
         if not isinstance(capped, dict):
-            raise OpenAIError.from_rejection(capped)
+            raise Refused(capped)
         if capped is not body:
             body, changed = capped, True
             self.metrics.admission_clamped(tenant_name)
@@ -149,7 +110,7 @@ class Admission:
     async def charge(self, tenant_name: str, tenant: TenantAdmission, admitted: Admitted, body: dict[str, Any],
                      headers: list[tuple[bytes, bytes]]) -> None:
         """Count the request against the tenant's rate limits (``body`` as it will be sent: its
-        max_tokens bounds the reservation); raises the 429 that refuses it."""
+        max_tokens bounds the reservation); raises the ``RateLimited`` or ``LimiterDown`` refusal."""
         limits = tenant.limits
         if not limits.active:
             return
@@ -159,14 +120,11 @@ class Admission:
         try:
             verdict, ticket = await self.limiter.admit(tenant_name, limits, reserved)
         except LimiterUnavailable as down:
-            wait = str(max(1, math.ceil(down.retry_after)))
-            raise OpenAIError(503, "Rate limits cannot be checked right now (their shared store is unreachable); "
-                                   f"try again in {wait} s.", type="server_error", code="rate_limiter_unavailable",
-                              headers={"Retry-After": wait}) from None
+            raise Refused(LimiterDown(down.retry_after)) from None
         if not verdict.admitted:
-            self.metrics.rate_limited(tenant_name, "too_large" if verdict.too_large else (
-                "requests" if verdict.reset_requests >= verdict.reset_tokens else "tokens"))
-            raise _refusal(limits, verdict, reserved)
+            refusal = RateLimited(limits, verdict, reserved)
+            self.metrics.rate_limited(tenant_name, "too_large" if verdict.too_large else refusal.which)
+            raise Refused(refusal)
         headers += ratelimit_headers(limits, verdict)
         admitted.ticket, admitted.reserved = ticket, reserved
 

@@ -11,7 +11,7 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 
-from proxy.http.errors import OpenAIError
+from policies.refusals import Refused, Unauthorized
 
 OPEN_TENANT = "default"
 
@@ -37,21 +37,15 @@ class KeyTable:
         return not self._tenants
 
     def tenant_for(self, authorization: str | None) -> str:
-        """Return the tenant for an ``Authorization`` header value, or raise a 401."""
+        """Return the tenant for an ``Authorization`` header value, or raise the ``Unauthorized`` refusal."""
         if not self._tenants:
             return OPEN_TENANT
         if not authorization:
-            raise OpenAIError(
-                401,
-                "Missing API key. Send it as 'Authorization: Bearer <key>'.",
-                code="missing_api_key",
-            )
+            raise Refused(Unauthorized("missing"))
         scheme, _, key = authorization.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
-            raise OpenAIError(
-                401, "Malformed Authorization header; expected 'Bearer <key>'.", code="invalid_api_key"
-            )
+            raise Refused(Unauthorized("malformed"))
         tenant = self._tenants.get(_digest(key.strip()))
         if tenant is None:
-            raise OpenAIError(401, "Incorrect API key provided.", code="invalid_api_key")
+            raise Refused(Unauthorized("invalid"))
         return tenant

@@ -17,18 +17,16 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from policies.refusals import RequestTimeout, TooManyConnections
 from proxy.connections.guard import EVICTED, HEADER_TIMEOUT, IDLE, ConnectionGuard
-from proxy.http.errors import OpenAIError, error_body
+from proxy.http.errors import openai_error
 
 PROBES = frozenset({"/health", "/ready", "/metrics"})  # answered even over the cap
 
 
 def _timeout_response(reason: str) -> bytes:
-    message = ("The gateway is at its connection cap (server.max_connections) and this request was the slowest "
-               "to arrive." if reason == EVICTED else
-               "The request did not arrive in time (server.header_timeout_s for headers, server.body_timeout_s "
-               "for the body).")
-    body = error_body(message, "invalid_request_error", None, "request_timeout")
+    """A 408 written straight to the socket: the request never reached the app."""
+    body = openai_error(RequestTimeout(evicted=reason == EVICTED)).body()
     return (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
             b"connection: close\r\n\r\n%s" % (len(body), body))
 
@@ -57,9 +55,7 @@ class ProbesOnly:
             await self.app(scope, receive, send)
             return
         self.guard.refused()
-        await OpenAIError(503, "The gateway is at its connection cap (server.max_connections) with every connection "
-                          "busy; retry shortly.", code="too_many_connections",
-                          headers={"retry-after": "1", "connection": "close"}).send(send)
+        await openai_error(TooManyConnections()).send(send)
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):

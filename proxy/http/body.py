@@ -7,17 +7,17 @@ from typing import Any
 import orjson
 from starlette.types import Receive
 
-from proxy.http.errors import OpenAIError
+from policies.refusals import Refused
+from policies.types import Rejection
 
 
 class ClientGone(Exception):
     """The client disconnected before its request body arrived; there is no one to answer."""
 
 
-def _too_large(limit: int) -> OpenAIError:
-    return OpenAIError(
-        413, f"Request body exceeds the limit of {limit} bytes (server.max_body_bytes).", code="request_too_large"
-    )
+def _too_large(limit: int) -> Refused:
+    return Refused(Rejection(413, f"Request body exceeds the limit of {limit} bytes (server.max_body_bytes).",
+                             code="request_too_large"))
 
 
 async def read_body(receive: Receive, declared_length: bytes | None, limit: int) -> bytes:
@@ -42,10 +42,9 @@ async def read_body(receive: Receive, declared_length: bytes | None, limit: int)
 
 def decode_json(raw: bytes) -> Any:
     if not raw:
-        raise OpenAIError(400, "Request body is empty; expected a JSON object.", code="invalid_json")
+        raise Refused(Rejection(400, "Request body is empty; expected a JSON object.", code="invalid_json"))
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise OpenAIError(
-            400, f"We could not parse the JSON body of your request: {exc}.", code="invalid_json"
-        ) from None
+        raise Refused(Rejection(400, f"We could not parse the JSON body of your request: {exc}.",
+                                code="invalid_json")) from None

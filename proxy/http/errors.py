@@ -1,7 +1,12 @@
-"""OpenAI-shaped errors: every error prefixgate itself produces looks like one from api.openai.com."""
+"""OpenAI-shaped errors: every error prefixgate itself produces looks like one from api.openai.com.
+
+``openai_error`` is the one place a ``Refusal`` (what went wrong, as plain data) becomes an HTTP
+status, message, type, code and headers; nothing else in the gateway builds an ``OpenAIError``.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import orjson
@@ -10,6 +15,25 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Send
 
+from policies.limits import ratelimit_headers, reset_text
+from policies.refusals import (
+    AdminOnly,
+    InternalError,
+    LimiterDown,
+    ModelNotInPool,
+    ProviderFailed,
+    RateLimited,
+    Refusal,
+    Refused,
+    RequestTimeout,
+    Shed,
+    ShuttingDown,
+    TooManyConnections,
+    Unauthorized,
+    UnknownModel,
+    UnknownPool,
+    UpstreamFailed,
+)
 from policies.types import Rejection
 
 _DEFAULT_TYPES = {
@@ -26,8 +50,11 @@ _DEFAULT_TYPES = {
 }
 
 
-class OpenAIError(Exception):
-    """Raised anywhere below the routes; turned into a JSON error response by the app's handler."""
+class OpenAIError:
+    """An error answer as OpenAI's API writes it: built by ``openai_error``, sent on a bare ASGI ``send``
+    or as a Starlette ``Response``."""
+
+    __slots__ = ("code", "headers", "message", "param", "status", "type")
 
     def __init__(
         self,
@@ -39,19 +66,12 @@ class OpenAIError(Exception):
         code: str | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(message)
         self.status = status
         self.message = message
         self.type = type or _DEFAULT_TYPES.get(status, "server_error")
         self.param = param
         self.code = code
         self.headers = dict(headers or {})
-
-    @classmethod
-    def from_rejection(cls, rejection: Rejection) -> OpenAIError:
-        return cls(
-            rejection.status, rejection.message, type=rejection.type, param=rejection.param, code=rejection.code
-        )
 
     def body(self) -> bytes:
         return error_body(self.message, self.type, self.param, self.code)
@@ -68,6 +88,94 @@ class OpenAIError(Exception):
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
+def openai_error(refusal: Refusal) -> OpenAIError:
+    """The HTTP answer for a refusal: OpenAI's status, type and code where it has one for the case."""
+    match refusal:
+        case Rejection(status, message, param, code, type_):
+            return OpenAIError(status, message, type=type_, param=param, code=code)
+        case Unauthorized("missing"):
+            return OpenAIError(401, "Missing API key. Send it as 'Authorization: Bearer <key>'.",
+                               code="missing_api_key")
+        case Unauthorized("malformed"):
+            return OpenAIError(401, "Malformed Authorization header; expected 'Bearer <key>'.", code="invalid_api_key")
+        case Unauthorized():
+            return OpenAIError(401, "Incorrect API key provided.", code="invalid_api_key")
+        case AdminOnly(path):
+            return OpenAIError(401, f"{path} needs the admin key (auth.admin_key) as 'Authorization: Bearer <key>'.",
+                               code="invalid_api_key")
+        case UnknownModel(model):
+            return OpenAIError(404, f"The model '{model}' does not exist or is not served here.", param="model",
+                               code="model_not_found")
+        case UnknownPool(name, pools):
+            return OpenAIError(400, f"x-prefixgate-pool names no pool: '{name}' (pools: {', '.join(pools)}).",
+                               param="x-prefixgate-pool", code="unknown_pool")
+        case ModelNotInPool(pool, model):
+            return OpenAIError(400, f"Pool '{pool}' (x-prefixgate-pool) does not serve the model '{model}'.",
+                               param="x-prefixgate-pool", code="model_not_in_pool")
+        case RateLimited():
+            return _rate_limited(refusal)
+        case LimiterDown(retry_after):
+            wait = str(max(1, math.ceil(retry_after)))
+            return OpenAIError(503, "Rate limits cannot be checked right now (their shared store is unreachable); "
+                                    f"try again in {wait} s.", type="server_error", code="rate_limiter_unavailable",
+                               headers={"Retry-After": wait})
+        case Shed():
+            return _shed(refusal)
+        case UpstreamFailed(pool, "timeout"):
+            return OpenAIError(504, f"Upstream pool '{pool}' did not answer in time.", code="upstream_timeout")
+        case UpstreamFailed(pool, "unreachable"):
+            return OpenAIError(502, f"Upstream pool '{pool}' is unreachable.", code="upstream_unreachable",
+                               headers={"Retry-After": "1"})
+        case UpstreamFailed(pool):
+            return OpenAIError(502, f"Upstream pool '{pool}' broke off its answer.", code="upstream_broken")
+        case ProviderFailed(pool, status, detail):
+            return OpenAIError(status, f"Pool '{pool}' (litellm): {detail}", code="provider_error")
+        case ShuttingDown():
+            return OpenAIError(503, "prefixgate is shutting down; retry the request.", type="server_error",
+                               code="shutting_down", headers={"Retry-After": "1"})
+        case TooManyConnections():
+            return OpenAIError(503, "The gateway is at its connection cap (server.max_connections) with every "
+                                    "connection busy; retry shortly.", code="too_many_connections",
+                               headers={"retry-after": "1", "connection": "close"})
+        case RequestTimeout(evicted):
+            return OpenAIError(408, "The gateway is at its connection cap (server.max_connections) and this request "
+                                    "was the slowest to arrive." if evicted else "The request did not arrive in time "
+                                    "(server.header_timeout_s for headers, server.body_timeout_s for the body).",
+                               type="invalid_request_error", code="request_timeout")
+        case InternalError():
+            return OpenAIError(500, "Internal error in prefixgate.", type="server_error")
+    raise TypeError(f"not a refusal: {refusal!r}")
+
+
+def _rate_limited(refusal: RateLimited) -> OpenAIError:
+    limits, verdict = refusal.limits, refusal.verdict
+    headers = {k.decode(): v.decode() for k, v in ratelimit_headers(limits, verdict)}
+    if verdict.too_large:
+        return OpenAIError(429, f"Request too large: {refusal.tokens} tokens (prompt plus reserved output) against a "
+                                f"limit of {limits.tokens_per_minute} tokens per minute; lower max_tokens or the "
+                                "prompt.", type="tokens", code="rate_limit_exceeded", headers=headers)
+    wait, which = verdict.retry_after, refusal.which
+    limit = limits.requests_per_minute if which == "requests" else limits.tokens_per_minute
+    headers["Retry-After"] = str(max(1, math.ceil(wait)))
+    headers["retry-after-ms"] = str(max(1, math.ceil(wait * 1000)))
+    return OpenAIError(429, f"Rate limit reached for {which} per minute: limit {limit}. "
+                            f"Try again in {reset_text(wait)}.", type=which, code="rate_limit_exceeded",
+                       headers=headers)
+
+
+def _shed(refusal: Shed) -> OpenAIError:
+    pool, reason = refusal.pool, refusal.reason
+    if reason == "no_healthy_upstream":
+        message = f"No healthy replica in pool '{pool}'."
+    elif reason == "queue_full":
+        message = f"Pool '{pool}' is saturated: its wait queue is full."
+    elif reason == "queue_share_exceeded":
+        message = f"Pool '{pool}' is saturated and this tenant holds its share of the wait queue."
+    else:
+        message = f"Pool '{pool}' is saturated: no slot within {refusal.queue_timeout:g} s."
+    return OpenAIError(503, message, code=reason, headers={"Retry-After": str(max(1, math.ceil(refusal.retry_after)))})
+
+
 def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> bytes:
     return orjson.dumps({"error": {"message": message, "type": type, "param": param, "code": code}})
 
@@ -77,9 +185,15 @@ def sse_error_event(message: str, type: str, code: str | None = None) -> bytes:
     return b"data: " + error_body(message, type, None, code) + b"\n\n"
 
 
-async def openai_error_handler(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, OpenAIError)
-    return exc.response()
+def refusal_event(refusal: Refusal) -> bytes:
+    """A refusal as the last event of a stream whose status line already went out (keep-alives)."""
+    error = openai_error(refusal)
+    return sse_error_event(error.message, error.type, error.code)
+
+
+async def refused_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Refused)
+    return openai_error(exc.refusal).response()
 
 
 async def http_exception_handler(request: Request, exc: Exception) -> Response:
@@ -96,4 +210,4 @@ async def http_exception_handler(request: Request, exc: Exception) -> Response:
 
 async def unexpected_error_handler(request: Request, exc: Exception) -> Response:
     """Last resort: a bug must still answer in OpenAI's shape, without a traceback in the body."""
-    return OpenAIError(500, "Internal error in prefixgate.", type="server_error").response()
+    return openai_error(InternalError()).response()

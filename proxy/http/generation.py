@@ -22,6 +22,7 @@ from policies.answer_cache import cacheable
 from policies.evidence import question_of, render_evidence, with_evidence
 from policies.input_limits import check_input
 from policies.prompt import rewrite_chat
+from policies.refusals import InternalError, Refused
 from policies.stable_prefix import Pieces, chat_pieces, completion_pieces
 from policies.types import Endpoint, Rejection
 from policies.validate import validate_request
@@ -30,7 +31,7 @@ from proxy.caches.answers import send_stored_answer
 from proxy.connections.guard import ConnectionGuard
 from proxy.gateway import Gateway, TenantPolicy
 from proxy.http.body import ClientGone, decode_json, read_body
-from proxy.http.errors import OpenAIError
+from proxy.http.errors import openai_error
 from proxy.retrieval.retriever import Retriever
 from proxy.upstream.call import UpstreamCall
 from proxy.upstream.exchange import CLIENT_CLOSED
@@ -139,10 +140,10 @@ class GenerationRoute:
             decoded = decode_json(raw)
             refused = check_input(self.endpoint, raw, decoded, gateway.input_limits)
             if refused is not None:
-                raise OpenAIError.from_rejection(refused)
+                raise Refused(refused)
             view = validate_request(self.endpoint, decoded)
             if isinstance(view, Rejection):
-                raise OpenAIError.from_rejection(view)
+                raise Refused(view)
             mark = stage("request", mark)
             if entry is not None:
                 entry.update(model=view.model, stream=view.stream)
@@ -189,7 +190,7 @@ class GenerationRoute:
                 if caps is not None:
                     capped = cap_output(body, caps)
                     if not isinstance(capped, dict):
-                        raise OpenAIError.from_rejection(capped)
+                        raise Refused(capped)
                     body, changed = capped, changed or capped is not body
                 if admitted is not None:
                     await gateway.admission.charge(tenant.name, tenant.admission, admitted, body, headers)
@@ -227,7 +228,8 @@ class GenerationRoute:
                     if entry is not None:
                         entry["answer_cache"] = "miss"
             key = None if pieces is None else pool.affinity_key(pieces, view.model, salt)  # salt: as sent
-        except OpenAIError as error:
+        except Refused as refused:
+            error = openai_error(refused.refusal)
             await gateway.admission.release(admitted)
             if entry is not None:
                 entry.update(error=error.code or error.type, param=error.param)
@@ -242,7 +244,7 @@ class GenerationRoute:
             log.exception("unexpected error handling %s", route)
             await gateway.admission.release(admitted)
             finished(500)
-            await OpenAIError(500, "Internal error in prefixgate.", type="server_error").send(send)
+            await openai_error(InternalError()).send(send)
             return
         call = UpstreamCall(
             pool=pool, key=key, tenant=tenant.name, path=route, body=raw, stream=view.stream,

@@ -12,8 +12,8 @@ import yaml
 from starlette.requests import Request
 from starlette.responses import Response
 
+from policies.refusals import AdminOnly, Refused
 from proxy.gateway import Gateway
-from proxy.http.errors import OpenAIError
 
 
 def _json(payload: object, status: int = 200) -> Response:
@@ -48,8 +48,7 @@ async def ready(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     gateway: Gateway = request.state.gateway
     if not gateway.keys.is_admin(request.headers.get("authorization")):
-        raise OpenAIError(401, "/metrics needs the admin key (auth.admin_key) as 'Authorization: Bearer <key>'.",
-                          code="invalid_api_key")
+        raise Refused(AdminOnly("/metrics"))
     return Response(gateway.metrics.render(), media_type=gateway.metrics.content_type)
 
 

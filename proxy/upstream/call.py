@@ -13,14 +13,13 @@ from time import perf_counter
 import orjson
 from starlette.types import Receive, Scope, Send
 
+from policies.refusals import Refused, Shed, ShuttingDown
 from proxy.http.disconnect import DisconnectWatch
-from proxy.http.errors import OpenAIError, sse_error_event
+from proxy.http.errors import openai_error, refusal_event, sse_error_event
 from proxy.http.sse_keepalive import KeepAlive
 from proxy.retrieval.fallback import send_passages_answer
 from proxy.upstream.exchange import CLIENT_CLOSED, SSE_HEADERS, Exchange
 from proxy.upstream.litellm_pool import relay_via_litellm
-
-SHED_CODES = frozenset({"queue_full", "queue_share_exceeded", "queue_timeout", "no_healthy_upstream"})
 
 
 class UpstreamCall(Exchange):
@@ -73,8 +72,7 @@ class UpstreamCall(Exchange):
         client so, in whatever form is still open to it, rather than only dropping the connection."""
         if self.status == CLIENT_CLOSED and not self._committed:  # nothing sent yet
             self.status = 503
-            await OpenAIError(503, "prefixgate is shutting down; retry the request.", type="server_error",
-                              code="shutting_down", headers={"Retry-After": "1"}).send(send)
+            await openai_error(ShuttingDown()).send(send)
         elif self.stream:
             event = sse_error_event("prefixgate shut down before the stream ended; retry the request.",
                                     "server_error", "shutting_down")
@@ -105,17 +103,20 @@ class UpstreamCall(Exchange):
         else:
             await self._exchange(send, watch)
 
-    async def _enter_or_overflow(self) -> OpenAIError | None:
+    async def _enter_or_overflow(self) -> Shed | None:
         """Enter the pool; if it sheds the request, enter its overflow pool instead (once)."""
         for attempt in range(2):
             try:
                 await self._enter()
                 return None
-            except OpenAIError as refusal:
+            except Refused as refused:
+                refusal = refused.refusal
+                if not isinstance(refusal, Shed):
+                    raise
                 overflow = self.pool.overflow
-                if attempt or overflow is None or self._committed or refusal.code not in SHED_CODES:
+                if attempt or overflow is None or self._committed:
                     return refusal
-                self.metrics.shed(self.pool.name, f"{refusal.code}_overflowed")
+                self.metrics.shed(self.pool.name, f"{refusal.reason}_overflowed")
                 self.headers = [h for h in self.headers if h[0] != b"x-prefixgate-pool"]
                 self.headers += [(b"x-prefixgate-pool", overflow.name.encode()),
                                  (b"x-prefixgate-overflow", self.pool.name.encode())]
@@ -124,7 +125,7 @@ class UpstreamCall(Exchange):
         raise AssertionError("unreachable: the second attempt returns")
 
     async def _enter(self) -> None:
-        """Take a slot of the pool (waiting fairly for one) and a replica; raises the 503 that sheds."""
+        """Take a slot of the pool (waiting fairly for one) and a replica; raises the ``Shed`` refusal."""
         if self.pool.litellm is not None:
             return
         if self.gate is not None:
@@ -138,7 +139,7 @@ class UpstreamCall(Exchange):
             replica, reason = self.pool.pick(self.key)
             self._take(replica)
             self.metrics.replica_chosen(self.pool.name, replica.base_url, reason)
-        except OpenAIError:
+        except Refused:
             if self.holds_slot:
                 self.holds_slot = False
                 self.gate.release()  # type: ignore[union-attr]
@@ -155,20 +156,20 @@ class UpstreamCall(Exchange):
             head_sent=self._committed)
         watch.finished = True
 
-    async def _refuse(self, send: Send, refusal: OpenAIError) -> None:
+    async def _refuse(self, send: Send, refusal: Shed) -> None:
         """No slot, or no replica: the error (the passages answer, where the tenant has one and no
         replica is healthy)."""
         if self.keepalive is not None:
             await self.keepalive.stop()
-        self.metrics.shed(self.pool.name, refusal.code or "refused")
-        if self.fallback is not None and not self._committed and refusal.code == "no_healthy_upstream":
+        self.metrics.shed(self.pool.name, refusal.reason)
+        error = openai_error(refusal)
+        if self.fallback is not None and not self._committed and refusal.reason == "no_healthy_upstream":
             self.status = 200
             await send_passages_answer(send, model=self.model, evidence=self.fallback, stream=self.stream,
                                        reason="no_healthy_upstream")
         elif self._committed:
-            self.status = refusal.status
-            await send({"type": "http.response.body", "more_body": False,
-                        "body": sse_error_event(refusal.message, refusal.type, refusal.code)})
+            self.status = error.status
+            await send({"type": "http.response.body", "more_body": False, "body": refusal_event(refusal)})
         else:
-            self.status = refusal.status
-            await refusal.send(send)
+            self.status = error.status
+            await error.send(send)

@@ -16,12 +16,13 @@ import orjson
 from starlette.types import Send
 
 from policies.answer_cache import completion_from_stream
+from policies.refusals import UpstreamFailed
 from policies.retry import retryable, within_budget
 from policies.usage import hide_usage_events, stream_events, streamed_completion_tokens, usage_in
 from proxy.admission.request_admission import Admission, Admitted
 from proxy.caches.answers import AnswerStore, storable
 from proxy.http.disconnect import DisconnectWatch
-from proxy.http.errors import OpenAIError, sse_error_event
+from proxy.http.errors import OpenAIError, openai_error, sse_error_event
 from proxy.http.sse_keepalive import KeepAlive
 from proxy.observability.access_log import AccessLog
 from proxy.observability.metrics import Metrics
@@ -41,13 +42,10 @@ SSE_HEADERS = [
 
 def _failure(error: UpstreamError, pool: Pool) -> OpenAIError:
     if isinstance(error, UpstreamTimeout):
-        return OpenAIError(504, f"Upstream pool '{pool.name}' did not answer in time.", code="upstream_timeout")
+        return openai_error(UpstreamFailed(pool.name, "timeout"))
     if isinstance(error, UpstreamUnreachable):
-        return OpenAIError(
-            502, f"Upstream pool '{pool.name}' is unreachable.", code="upstream_unreachable",
-            headers={"Retry-After": "1"},
-        )
-    return OpenAIError(502, f"Upstream pool '{pool.name}' broke off its answer.", code="upstream_broken")
+        return openai_error(UpstreamFailed(pool.name, "unreachable"))
+    return openai_error(UpstreamFailed(pool.name, "broken"))
 
 
 class Exchange:

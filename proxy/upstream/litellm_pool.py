@@ -15,7 +15,8 @@ from typing import Any
 import orjson
 from starlette.types import Send
 
-from proxy.http.errors import OpenAIError, sse_error_event
+from policies.refusals import ProviderFailed
+from proxy.http.errors import openai_error, refusal_event
 
 ENGINE_ONLY_FIELDS = ("cache_salt",)  # vLLM extensions a hosted API would refuse
 _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
@@ -44,7 +45,7 @@ def _arguments(body: dict[str, Any], model: str | None, api_base: str | None, ap
     return arguments
 
 
-def _as_openai_error(error: Exception, pool: str) -> OpenAIError:
+def _provider_failed(error: Exception, pool: str) -> ProviderFailed:
     """The provider's 4xx as it came; anything else a 502. Only the message's first line, shortened:
     litellm's messages for failures of its own can carry a whole traceback."""
     status = getattr(error, "status_code", None)
@@ -52,7 +53,7 @@ def _as_openai_error(error: Exception, pool: str) -> OpenAIError:
         status = 502
     message = str(getattr(error, "message", None) or error or type(error).__name__).strip()
     first = message.splitlines()[0][:300] if message else type(error).__name__
-    return OpenAIError(status, f"Pool '{pool}' (litellm): {first}", code="provider_error")
+    return ProviderFailed(pool, status, first)
 
 
 def _usage(usage: Any) -> tuple[int | None, int | None]:
@@ -71,13 +72,12 @@ async def relay_via_litellm(send: Send, *, pool: str, body: dict[str, Any], stre
     try:
         answer = await litellm.acompletion(**_arguments(body, model, api_base, api_key, timeout))
     except Exception as error:  # litellm maps each provider's errors to its own exception types
-        refusal = _as_openai_error(error, pool)
+        failed = _provider_failed(error, pool)
         if head_sent:
-            await send({"type": "http.response.body", "more_body": False,
-                        "body": sse_error_event(refusal.message, refusal.type, refusal.code)})
+            await send({"type": "http.response.body", "more_body": False, "body": refusal_event(failed)})
         else:
-            await refusal.send(send)
-        return refusal.status, (None, None)
+            await openai_error(failed).send(send)
+        return failed.status, (None, None)
     if not stream:
         payload = orjson.dumps(answer.model_dump(exclude_none=True))
         await send({"type": "http.response.start", "status": 200, "headers": [
@@ -98,9 +98,8 @@ async def relay_via_litellm(send: Send, *, pool: str, body: dict[str, Any], stre
     except OSError:  # the client left: the call's own handling, not a provider error event
         raise
     except Exception as error:
-        refusal = _as_openai_error(error, pool)
         await send({"type": "http.response.body", "more_body": False,
-                    "body": sse_error_event(refusal.message, refusal.type, refusal.code)})
+                    "body": refusal_event(_provider_failed(error, pool))})
         return 200, usage
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
     if usage == (None, None):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -19,12 +18,12 @@ from policies.admission import TokenCaps
 from policies.affinity import HashRing, bounded_choice, prefix_key
 from policies.health import HEALTHY, EjectionRules, HealthState, after_failure, after_success, usable
 from policies.length import PoolOption, choose_pool
+from policies.refusals import ModelNotInPool, Refused, Shed, UnknownModel, UnknownPool
 from policies.replica import least_loaded
 from policies.stable_prefix import Pieces
 from proxy.admission.pool_gate import PoolGate
 from proxy.config.gateway import Config
 from proxy.config.pools import PoolConfig, Timeouts, UpstreamConfig
-from proxy.http.errors import OpenAIError
 from proxy.transports.aiohttp_transport import AiohttpTransport
 from proxy.transports.base import Transport, UpstreamError
 from proxy.transports.httpx_transport import HttpxTransport
@@ -179,10 +178,7 @@ class Pool:
         index = self._choose(key, None, warm)
         if index is None:
             back = min(r.health.ejected_until for r in replicas) - time.monotonic()  # first to turn half-open
-            raise OpenAIError(
-                503, f"No healthy replica in pool '{self.name}'.", code="no_healthy_upstream",
-                headers={"Retry-After": str(max(1, math.ceil(back)))},
-            )
+            raise Refused(Shed(self.name, "no_healthy_upstream", retry_after=back))
         if key is None:
             return replicas[index], "least_loaded"
         if self._warm is not None:
@@ -312,18 +308,14 @@ class Upstreams:
         for pool in self.pools:
             if pool.catch_all:
                 return pool, "model"
-        raise OpenAIError(
-            404, f"The model '{model}' does not exist or is not served here.", param="model", code="model_not_found"
-        )
+        raise Refused(UnknownModel(model))
 
     def _named(self, name: str, model: str) -> Pool:
         pool = self.by_name.get(name)
         if pool is None:
-            raise OpenAIError(400, f"x-prefixgate-pool names no pool: '{name}' (pools: {', '.join(self.by_name)}).",
-                              param="x-prefixgate-pool", code="unknown_pool")
+            raise Refused(UnknownPool(name, tuple(self.by_name)))
         if not (pool.serves(model) or pool.catch_all):
-            raise OpenAIError(400, f"Pool '{name}' (x-prefixgate-pool) does not serve the model '{model}'.",
-                              param="x-prefixgate-pool", code="model_not_in_pool")
+            raise Refused(ModelNotInPool(name, model))
         return pool
 
     async def discover(self) -> None:
