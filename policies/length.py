@@ -99,7 +99,7 @@ class PoolOption:
     short_threshold: int
 
 
-def choose_pool(options: list[PoolOption], predicted_p90: int) -> PoolOption:
+def choose_by_length(options: list[PoolOption], predicted_p90: int) -> PoolOption:
     """Among the pools that serve the model: a short pool when the answer is predicted to fit its
     threshold, else the first pool that is not short; short pools take all only when alone."""
     for option in options:

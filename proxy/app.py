@@ -12,6 +12,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from policies.refusals import Refused
+from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.gateway import Config, config_from_dump
 from proxy.connections.guard import ConnectionGuard, file_limit
 from proxy.gateway import Gateway
@@ -20,12 +21,16 @@ from proxy.http.errors import http_exception_handler, refused_handler, unexpecte
 from proxy.http.generation import FastPath, GenerationRoute
 from proxy.observability.metrics import Metrics
 from proxy.retrieval.retriever import StoreOpener
+from proxy.transports.base import TransportFactory
 
 ENV_RESOLVED_CONFIG = "PREFIXGATE_RESOLVED_CONFIG"
 
 
-def create_app(config: Config, *, open_store: StoreOpener | None = None) -> ASGIApp:
-    """The gateway's ASGI app; ``open_store`` replaces the configured vector store (a seam for tests)."""
+def create_app(config: Config, *, open_store: StoreOpener | None = None, transports: TransportFactory | None = None,
+               clock: Clock = SYSTEM_CLOCK) -> ASGIApp:
+    """The gateway's ASGI app. Seams for tests: ``open_store`` replaces the configured vector store,
+    ``transports`` the HTTP client of every upstream (e.g. answering in memory), ``clock`` the
+    monotonic clock of back-offs, rate windows and retry pauses (one a test moves forward)."""
     metrics = Metrics()
     guard = ConnectionGuard(config.server.connection_limits(file_limit()), metrics.connections)
     generation = {
@@ -36,7 +41,7 @@ def create_app(config: Config, *, open_store: StoreOpener | None = None) -> ASGI
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Gateway]]:
-        gateway = await Gateway.start(config, metrics, open_store)
+        gateway = await Gateway.start(config, metrics, open_store=open_store, transports=transports, clock=clock)
         try:
             yield {"gateway": gateway}
         finally:

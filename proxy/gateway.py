@@ -20,6 +20,7 @@ from proxy.auth.keys import OPEN_TENANT, KeyTable
 from proxy.auth.salt_secret import deployment_secret
 from proxy.caches.answers import AnswerStore
 from proxy.caches.tiered import tiered_cache
+from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.gateway import Config, LimitsConfig
 from proxy.config.prompt import PromptConfig
 from proxy.config.retrieval import TenantRetrieval
@@ -27,6 +28,7 @@ from proxy.observability.access_log import AccessLog
 from proxy.observability.metrics import Metrics
 from proxy.observability.prefix_meter import PrefixMeter
 from proxy.retrieval.retriever import Retriever, StoreOpener
+from proxy.transports.base import TransportFactory
 from proxy.upstream.litellm_pool import load_litellm
 from proxy.upstream.pools import Upstreams
 
@@ -58,14 +60,15 @@ class Gateway:
     input_limits: InputLimits = field(default_factory=InputLimits)
 
     @classmethod
-    async def start(cls, config: Config, metrics: Metrics, open_store: StoreOpener | None = None) -> Gateway:
-        upstreams = Upstreams(config)
+    async def start(cls, config: Config, metrics: Metrics, *, open_store: StoreOpener | None = None,
+                    transports: TransportFactory | None = None, clock: Clock = SYSTEM_CLOCK) -> Gateway:
+        upstreams = Upstreams(config, transports, clock)
         metrics.attach(upstreams)
         if any(pool.kind == "litellm" for pool in config.pools):
             await asyncio.to_thread(load_litellm)  # about a second of imports, off the event loop
         await upstreams.discover()
         upstreams.start_checks()
-        retriever = await Retriever.start(config, metrics, open_store) if config.wants_retrieval else None
+        retriever = await Retriever.start(config, metrics, open_store, clock) if config.wants_retrieval else None
         secret = await asyncio.to_thread(deployment_secret, config.resolved_salt_secret, config.data_dir)
         tenants = tenant_policies(config, secret)
         # Default labels: the tenants API keys name (in open mode, its one tenant), by name.
@@ -73,8 +76,8 @@ class Gateway:
         labelled = config.metrics.tenants if config.metrics.tenants is not None else named
         metrics.label_tenants(labelled, config.metrics.max_tenants)
         wants_answers = any(t.answer_ttl for t in tenants.values())
-        answers = AnswerStore(tiered_cache(config.redis, "answers", metrics)) if wants_answers else None
-        limiter = open_limiter(config.redis, metrics.limiter_unavailable)
+        answers = AnswerStore(tiered_cache(config.redis, "answers", metrics, clock)) if wants_answers else None
+        limiter = open_limiter(config.redis, metrics.limiter_unavailable, clock)
         admission = Admission(limiter, TokenCounter(config.tokenizer), metrics, predicts=upstreams.routes_by_length)
         access_log = None
         if config.access_log.enabled:

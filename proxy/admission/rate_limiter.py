@@ -15,14 +15,14 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from time import monotonic
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from policies.limits import WINDOW_SECONDS, Entry, RateLimits, SlidingWindow, Verdict
-from proxy.config.retrieval import RedisConfig
+from proxy.clock import SYSTEM_CLOCK, Clock
+from proxy.config.redis import RedisConfig
 from proxy.retrieval.micro_batch import MicroBatcher
 
 log = logging.getLogger("prefixgate")
@@ -50,14 +50,15 @@ class LimiterUnavailable(Exception):
 class MemoryLimiter:
     """Windows in this process: the single-replica default."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self.windows: dict[str, SlidingWindow] = {}
+        self.clock = clock
 
     async def admit(self, tenant: str, limits: RateLimits, tokens: int) -> tuple[Verdict, Ticket | None]:
         window = self.windows.get(tenant)
         if window is None:
             window = self.windows[tenant] = SlidingWindow()
-        verdict, entry = window.admit(monotonic(), tokens, limits)
+        verdict, entry = window.admit(self.clock(), tokens, limits)
         return verdict, None if entry is None else Ticket(tenant, entry=entry)
 
     async def settle(self, ticket: Ticket, tokens: int) -> None:
@@ -97,7 +98,7 @@ class RedisLimiter:
     """Windows in Redis, one set of keys per tenant (hash-tagged, so a Redis Cluster keeps them together)."""
 
     def __init__(self, settings: RedisConfig, unavailable: Callable[[str], None] = lambda action: None,
-                 prefix: str = "prefixgate:limits") -> None:
+                 prefix: str = "prefixgate:limits", clock: Clock = SYSTEM_CLOCK) -> None:
         timeout = settings.timeout_ms / 1000
         self.redis = Redis.from_url(settings.url, socket_timeout=timeout, socket_connect_timeout=timeout)
         self.calls = MicroBatcher(_ScriptPipeline(self.redis, self.redis.register_script(_SCRIPT)), max_batch=512)
@@ -105,7 +106,8 @@ class RedisLimiter:
         self.retry_s = settings.retry_s
         self.refuses = settings.limits_when_down == "refuse"
         self.unavailable = unavailable  # told "local" or "refused" for each request decided without Redis
-        self.local = MemoryLimiter()  # while Redis is down
+        self.clock = clock
+        self.local = MemoryLimiter(clock)  # while Redis is down
         self._down_until = 0.0
 
     def _keys(self, tenant: str) -> list[str]:
@@ -113,20 +115,20 @@ class RedisLimiter:
         return [base + ":entries", base + ":tokens", base + ":total"]
 
     def _failed(self, error: Exception) -> None:
-        if monotonic() >= self._down_until:
+        if self.clock() >= self._down_until:
             meanwhile = "limited requests are refused" if self.refuses else "limits hold per process"
             log.warning("redis rate limiter failed (%s); %s for %.0f s", error, meanwhile, self.retry_s)
-        self._down_until = monotonic() + self.retry_s
+        self._down_until = self.clock() + self.retry_s
 
     async def _without_redis(self, tenant: str, limits: RateLimits, tokens: int) -> tuple[Verdict, Ticket | None]:
         if self.refuses:
             self.unavailable("refused")
-            raise LimiterUnavailable(max(0.0, self._down_until - monotonic()))
+            raise LimiterUnavailable(max(0.0, self._down_until - self.clock()))
         self.unavailable("local")
         return await self.local.admit(tenant, limits, tokens)
 
     async def admit(self, tenant: str, limits: RateLimits, tokens: int) -> tuple[Verdict, Ticket | None]:
-        if monotonic() < self._down_until:
+        if self.clock() < self._down_until:
             return await self._without_redis(tenant, limits, tokens)
         entry_id = os.urandom(8).hex()
         args = ["admit", _or_off(limits.requests_per_minute), _or_off(limits.tokens_per_minute), tokens, entry_id,
@@ -158,5 +160,6 @@ def _or_off(limit: int | None) -> int:
 Limiter = MemoryLimiter | RedisLimiter
 
 
-def open_limiter(redis: RedisConfig | None, unavailable: Callable[[str], None]) -> Limiter:
-    return RedisLimiter(redis, unavailable) if redis is not None else MemoryLimiter()
+def open_limiter(redis: RedisConfig | None, unavailable: Callable[[str], None],
+                 clock: Clock = SYSTEM_CLOCK) -> Limiter:
+    return RedisLimiter(redis, unavailable, clock=clock) if redis is not None else MemoryLimiter(clock)

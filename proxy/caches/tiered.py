@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from time import monotonic
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -21,7 +20,8 @@ import orjson
 from aiocache import RedisCache, SimpleMemoryCache
 from aiocache.serializers import BaseSerializer
 
-from proxy.config.retrieval import RedisConfig
+from proxy.clock import SYSTEM_CLOCK, Clock
+from proxy.config.redis import RedisConfig
 from proxy.observability.metrics import Metrics
 
 log = logging.getLogger("prefixgate")
@@ -60,7 +60,7 @@ class TieredCache:
     def __init__(
         self, *, redis: RedisCache | None = None, front_ttl: float = 5.0, retry_s: float = 2.0,
         decode: Callable[[Any], Any] = lambda value: value,
-        on_event: Callable[[str], None] | None = None,
+        on_event: Callable[[str], None] | None = None, clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.front = SimpleMemoryCache(timeout=None)
         self.redis = redis
@@ -69,19 +69,20 @@ class TieredCache:
         self.decode = decode
         self.on_event = on_event  # "shared_hit", "error": for metrics
         self._redis_down_until = 0.0
+        self.clock = clock
 
     @property
     def shared(self) -> bool:
         return self.redis is not None
 
     def _redis_usable(self) -> bool:
-        return self.redis is not None and monotonic() >= self._redis_down_until
+        return self.redis is not None and self.clock() >= self._redis_down_until
 
     def _redis_failed(self, action: str) -> None:
-        if monotonic() >= self._redis_down_until:  # once per outage, not once per call in flight
+        if self.clock() >= self._redis_down_until:  # once per outage, not once per call in flight
             log.warning("redis %s failed; using the in-process cache alone for %.0f s", action, self.retry_s,
                         exc_info=True)
-        self._redis_down_until = monotonic() + self.retry_s
+        self._redis_down_until = self.clock() + self.retry_s
         if self.on_event is not None:
             self.on_event("error")
 
@@ -125,10 +126,11 @@ class TieredCache:
             await self.redis.client.aclose()  # aiocache 0.12's close() calls redis-py's deprecated close()
 
 
-def tiered_cache(settings: RedisConfig | None, name: str, metrics: Metrics | None = None) -> TieredCache:
+def tiered_cache(settings: RedisConfig | None, name: str, metrics: Metrics | None = None,
+                 clock: Clock = SYSTEM_CLOCK) -> TieredCache:
     """The cache called ``name`` (also its Redis key prefix): in process only, or in front of Redis."""
     on_event = (lambda event: metrics.shared_cache(name, event)) if metrics is not None else None
     if settings is None:
-        return TieredCache(on_event=on_event)
+        return TieredCache(on_event=on_event, clock=clock)
     return TieredCache(redis=open_redis(settings, f"prefixgate:{name}"), front_ttl=settings.front_ttl_s,
-                       retry_s=settings.retry_s, on_event=on_event)
+                       retry_s=settings.retry_s, on_event=on_event, clock=clock)

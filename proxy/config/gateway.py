@@ -20,7 +20,8 @@ from proxy.config.auth import AuthConfig
 from proxy.config.frozen import Frozen as _Frozen
 from proxy.config.pools import PoolConfig, UpstreamConfig
 from proxy.config.prompt import PromptConfig, span_kinds
-from proxy.config.retrieval import AnswerCacheConfig, RedisConfig, RetrievalConfig, TenantRetrieval
+from proxy.config.redis import RedisConfig
+from proxy.config.retrieval import AnswerCacheConfig, RetrievalConfig, TenantRetrieval
 from proxy.config.server import AccessLogConfig, EngineConfig, MetricsConfig, ServerConfig
 
 ENV_CONFIG = "PREFIXGATE_CONFIG"

@@ -23,7 +23,8 @@ from proxy.config.auth import AuthConfig
 from proxy.config.gateway import Config, LimitsConfig, TenantConfig
 from proxy.config.pools import PoolConfig, UpstreamConfig
 from proxy.config.prompt import PromptConfig
-from proxy.config.retrieval import AnswerCacheConfig, RedisConfig, RetrievalConfig, TenantRetrieval
+from proxy.config.redis import RedisConfig
+from proxy.config.retrieval import AnswerCacheConfig, RetrievalConfig, TenantRetrieval
 from proxy.config.server import AccessLogConfig, EngineConfig, MetricsConfig, ServerConfig
 
 TABLES: dict[str, type[BaseModel]] = {

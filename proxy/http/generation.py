@@ -183,7 +183,7 @@ class GenerationRoute:
             pool, reason = gateway.upstreams.pool_for(view.model, embeddings=self.endpoint == "embeddings",
                                                       predicted_p90=predicted, named=pool_named)
             gateway.metrics.pool_chosen(pool.name, reason)
-            hide_usage = view.stream and not view.include_usage and pool.litellm is None  # litellm counts its own
+            hide_usage = view.stream and not view.include_usage and not pool.counts_usage_itself
             pool_name = pool.name
             if self.endpoint != "embeddings":
                 caps = pool.caps(tenant.admission.caps.action)

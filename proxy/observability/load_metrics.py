@@ -1,6 +1,6 @@
 """Load metrics read from the pools rather than counted on the request path: requests in flight
 and queued, replica health, and each replica's engine as last read from its own /metrics
-(``start_engine_polls``).
+(``start_load_polls``).
 
 One process: a collector reads the pools at scrape time, so the request path updates nothing.
 Several uvicorn workers: each worker copies the same values into prometheus_client's multi-process
@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
-from time import monotonic
 from typing import TYPE_CHECKING
 
 from prometheus_client import Gauge
@@ -65,8 +64,8 @@ def load_samples(upstreams: Upstreams, now: float) -> Iterator[tuple[LoadGauge, 
             yield IN_FLIGHT, key, replica.in_flight
             yield HEALTHY, key, 0 if replica.health.tripped else 1
             if pool.engine_metrics.interval > 0:
-                yield ENGINE_UP, key, 1 if replica.engine_up else 0
-            reading = replica.engine
+                yield ENGINE_UP, key, 1 if replica.reading_ok else 0
+            reading = replica.reading
             if reading is None:
                 continue
             yield OTHERS, key, replica.others_at(now)
@@ -93,7 +92,7 @@ class LoadCollector(Collector):
             for gauge in GAUGES
         }
         if self.upstreams is not None:
-            for gauge, labels, value in load_samples(self.upstreams, monotonic()):
+            for gauge, labels, value in load_samples(self.upstreams, self.upstreams.clock()):
                 families[gauge].add_metric(labels, value)  # type: ignore[attr-defined]
         yield from families.values()
 
@@ -115,7 +114,7 @@ class LoadGauges:
 
     def publish(self) -> None:
         if self.upstreams is not None:
-            for gauge, labels, value in load_samples(self.upstreams, monotonic()):
+            for gauge, labels, value in load_samples(self.upstreams, self.upstreams.clock()):
                 self._gauges[gauge].labels(*labels).set(value)
 
     async def publish_forever(self) -> None:

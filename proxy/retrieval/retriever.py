@@ -15,6 +15,7 @@ from time import perf_counter
 from policies.evidence import EvidencePolicy, Passage, select_evidence
 from policies.stable_prefix import CHARS_PER_TOKEN
 from proxy.caches.tiered import tiered_cache
+from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.gateway import Config
 from proxy.config.retrieval import TenantRetrieval
 from proxy.observability.metrics import Metrics
@@ -92,7 +93,7 @@ class Retriever:
 
     @classmethod
     async def start(cls, config: Config, metrics: Metrics | None = None,
-                    open_store: StoreOpener | None = None) -> Retriever:
+                    open_store: StoreOpener | None = None, clock: Clock = SYSTEM_CLOCK) -> Retriever:
         """``open_store``: the vector store for the embedder's dimensions (default: the configured Qdrant)."""
         settings = config.retrieval
         embedder: Embedder
@@ -105,7 +106,7 @@ class Retriever:
         cache = None
         if settings.cache:
             cache = RetrievalCache(settings.cache_ttl_s, settings.cache_empty_ttl_s,
-                                   store=tiered_cache(config.redis, "passages", metrics))
+                                   store=tiered_cache(config.redis, "passages", metrics, clock))
         vectors = VectorCache(settings.embedding_cache_size) if settings.embedding_cache_size else None
         retriever = cls(embedder, store, max_batch=settings.batch_max, max_wait=settings.batch_wait_ms / 1000,
                         metrics=metrics, cache=cache, timeout=settings.timeout, vector_cache=vectors)

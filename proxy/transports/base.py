@@ -6,6 +6,7 @@ and later features (retries, health checks) depend only on this protocol and the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 
@@ -57,3 +58,11 @@ class Transport(Protocol):
     async def get(self, url: str, timeout: float) -> tuple[int, bytes]: ...
 
     async def aclose(self) -> None: ...
+
+
+class TransportFactory(Protocol):
+    """Makes a replica's ``Transport``: one of ``CLIENTS`` by ``server.http_client``, or what a test hands
+    ``create_app`` to answer in memory."""
+
+    def __call__(self, *, connect_timeout: float, headers: Mapping[str, str], max_connections: int,
+                 keepalive: float) -> Transport: ...

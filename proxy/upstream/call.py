@@ -19,7 +19,7 @@ from proxy.http.errors import openai_error, refusal_event, sse_error_event
 from proxy.http.sse_keepalive import KeepAlive
 from proxy.retrieval.fallback import send_passages_answer
 from proxy.upstream.exchange import CLIENT_CLOSED, SSE_HEADERS, Exchange
-from proxy.upstream.litellm_pool import relay_via_litellm
+from proxy.upstream.litellm_pool import LitellmPool
 
 
 class UpstreamCall(Exchange):
@@ -62,7 +62,7 @@ class UpstreamCall(Exchange):
                 self._log_line(ended)
             if self.admission is not None:
                 assert self.admitted is not None
-                if self.replica is None and self.pool.litellm is None:  # no engine work was done
+                if self.replica is None and self.pool.has_replicas:  # no engine work was done
                     await self.admission.release(self.admitted)
                 else:
                     await self.admission.finish(self.admitted, self.pool.name, *self.usage)
@@ -98,8 +98,8 @@ class UpstreamCall(Exchange):
         if refusal is not None:
             watch.finished = True
             await self._refuse(send, refusal)
-        elif self.pool.litellm is not None:
-            await self._via_litellm(send, watch)
+        elif isinstance(self.pool, LitellmPool):
+            await self._via_litellm(self.pool, send, watch)
         else:
             await self._exchange(send, watch)
 
@@ -126,7 +126,7 @@ class UpstreamCall(Exchange):
 
     async def _enter(self) -> None:
         """Take a slot of the pool (waiting fairly for one) and a replica; raises the ``Shed`` refusal."""
-        if self.pool.litellm is not None:
+        if not self.pool.has_replicas:
             return
         if self.gate is not None:
             queued = perf_counter()
@@ -145,15 +145,11 @@ class UpstreamCall(Exchange):
                 self.gate.release()  # type: ignore[union-attr]
             raise
 
-    async def _via_litellm(self, send: Send, watch: DisconnectWatch) -> None:
-        config = self.pool.litellm
-        assert config is not None
+    async def _via_litellm(self, pool: LitellmPool, send: Send, watch: DisconnectWatch) -> None:
         if self.keepalive is not None:
             await self.keepalive.stop()
-        self.status, self.usage = await relay_via_litellm(
-            send, pool=self.pool.name, body=orjson.loads(self.body), stream=self.stream, model=config.litellm_model,
-            api_base=config.api_base, api_key=config.api_key, timeout=config.timeouts.total, headers=self.headers,
-            head_sent=self._committed)
+        self.status, self.usage = await pool.relay(send, self.body, stream=self.stream, headers=self.headers,
+                                                   head_sent=self._committed)
         watch.finished = True
 
     async def _refuse(self, send: Send, refusal: Shed) -> None:

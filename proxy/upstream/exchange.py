@@ -28,7 +28,8 @@ from proxy.observability.access_log import AccessLog
 from proxy.observability.metrics import Metrics
 from proxy.retrieval.fallback import send_passages_answer
 from proxy.transports.base import Reply, UpstreamBroken, UpstreamError, UpstreamTimeout, UpstreamUnreachable
-from proxy.upstream.pools import Pool, Replica
+from proxy.upstream.pool import Pool
+from proxy.upstream.replica import Replica
 
 MIN_RETRY_CONCURRENCY = 3  # retries a pool may run at once however few requests it has
 CLIENT_CLOSED = 499  # nginx's code for "client closed the request", used in metrics only

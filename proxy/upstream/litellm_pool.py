@@ -16,10 +16,40 @@ import orjson
 from starlette.types import Send
 
 from policies.refusals import ProviderFailed
+from proxy.clock import SYSTEM_CLOCK, Clock
+from proxy.config.pools import PoolConfig
 from proxy.http.errors import openai_error, refusal_event
+from proxy.transports.base import TransportFactory
+from proxy.upstream.pool import Pool
 
 ENGINE_ONLY_FIELDS = ("cache_salt",)  # vLLM extensions a hosted API would refuse
 _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+
+
+class LitellmPool(Pool):
+    """Pool kind ``litellm``: no replicas, slots or health of its own; each request is one litellm call,
+    and litellm reports the usage of every answer."""
+
+    has_replicas = False
+    counts_usage_itself = True
+
+    def __init__(self, name: str, config: PoolConfig, transports: TransportFactory,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        super().__init__(name, config, transports, clock)
+        self.provider = config
+
+    @property
+    def catch_all(self) -> bool:
+        """Only the models it lists: a hosted provider has no list to discover, nor every model."""
+        return False
+
+    async def relay(self, send: Send, body: bytes, *, stream: bool, headers: list[tuple[bytes, bytes]],
+                    head_sent: bool) -> tuple[int, tuple[int | None, int | None]]:
+        """Answer the request body through litellm: the status and (prompt, completion) tokens."""
+        config = self.provider
+        return await relay_via_litellm(send, pool=self.name, body=orjson.loads(body), stream=stream,
+                                       model=config.litellm_model, api_base=config.api_base, api_key=config.api_key,
+                                       timeout=config.timeouts.total, headers=headers, head_sent=head_sent)
 
 
 def load_litellm() -> Any:

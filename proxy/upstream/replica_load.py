@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -16,7 +15,8 @@ from proxy.transports.base import UpstreamError
 
 if TYPE_CHECKING:
     from proxy.config.pools import EngineMetrics
-    from proxy.upstream.pools import Pool, Replica
+    from proxy.upstream.pool import Pool
+    from proxy.upstream.replica import Replica
 
 log = logging.getLogger("prefixgate")
 
@@ -24,45 +24,47 @@ NOT_VLLM_WAIT = 60.0  # seconds before asking again an upstream whose /metrics i
 
 
 @dataclass(frozen=True, slots=True)
-class EngineReading:
+class ReplicaReading:
+    """The latest reading of a replica's engine metrics."""
+
     sample: EngineSample
     hit_rate: float | None  # prefix-cache hits over queries in the last interval that had queries
     seen_others: int  # this reading's others' load, before lasting_load
 
 
-async def read_engine(replica: Replica, settings: EngineMetrics) -> bool | None:
-    """One reading into ``replica.engine`` and its others' load. True: read; False: no answer (try
+async def read_replica(replica: Replica, settings: EngineMetrics) -> bool | None:
+    """One reading into ``replica.reading`` and its others' load. True: read; False: no answer (try
     again next interval); None: it answered, but not with vLLM's metrics."""
     in_flight, taken = replica.in_flight, replica.taken
     try:
         status, body = await replica.transport.get(replica.origin + settings.path, settings.timeout)
     except UpstreamError:
-        replica.engine_up = False
+        replica.reading_ok = False
         return False
     sample = parse_engine_metrics(body) if status == 200 else None
     if sample is None:
-        replica.engine_up = False
+        replica.reading_ok = False
         return None if status in (200, 404) else False
-    previous = replica.engine
-    now = time.monotonic()
+    previous = replica.reading
+    now = replica.clock()
     # Own requests: those in flight when the reading began and all sent while it was under way (some
     # may have ended meanwhile), so a request sent during the reading is never read as another's.
     seen = foreign_load(sample, max(in_flight + replica.taken - taken, replica.in_flight))
     rate = hit_rate(previous.sample if previous else None, sample)
     if rate is None and previous is not None:
         rate = previous.hit_rate  # an idle interval: keep the last rate rather than none
-    replica.engine = EngineReading(sample, rate, seen)
-    replica.engine_up = True
+    replica.reading = ReplicaReading(sample, rate, seen)
+    replica.reading_ok = True
     replica.others = lasting_load(previous.seen_others if previous else None, seen)
     replica.others_until = now + 3 * settings.interval
     return True
 
 
-async def poll_engine(replica: Replica, settings: EngineMetrics) -> None:
+async def poll_replica(replica: Replica, settings: EngineMetrics) -> None:
     """Read ``replica``'s engine every interval, until cancelled."""
     warned = False
     while True:
-        read = await read_engine(replica, settings)
+        read = await read_replica(replica, settings)
         if read is None and not warned:
             log.info("replica %s of pool '%s' serves no vLLM metrics at %s; asking again every %.0f s",
                      replica.base_url, replica.pool, settings.path, NOT_VLLM_WAIT)
@@ -70,7 +72,8 @@ async def poll_engine(replica: Replica, settings: EngineMetrics) -> None:
         await asyncio.sleep(NOT_VLLM_WAIT if read is None else settings.interval)
 
 
-def start_engine_polls(pools: Iterable[Pool]) -> list[asyncio.Task[None]]:
+def start_load_polls(pools: Iterable[Pool]) -> list[asyncio.Task[None]]:
+    """One polling task per replica of the pools whose ``engine_metrics`` ask for readings."""
     loop = asyncio.get_running_loop()
-    return [loop.create_task(poll_engine(replica, pool.engine_metrics), name=f"engine metrics {replica.base_url}")
+    return [loop.create_task(poll_replica(replica, pool.engine_metrics), name=f"engine metrics {replica.base_url}")
             for pool in pools if pool.engine_metrics.interval > 0 for replica in pool.replicas]

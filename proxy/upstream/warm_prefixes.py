@@ -9,9 +9,9 @@ ring), and a wrong hint costs only what a spill costs anyway.
 
 from __future__ import annotations
 
-import time
-
 from cachetools import TTLCache
+
+from proxy.clock import SYSTEM_CLOCK, Clock
 
 ENTRIES = 65_536  # prefixes remembered per pool; ~10 MB at most, far more than a pool's engines cache
 
@@ -19,8 +19,8 @@ ENTRIES = 65_536  # prefixes remembered per pool; ~10 MB at most, far more than 
 class WarmPrefixes:
     __slots__ = ("_masks",)
 
-    def __init__(self, seconds: float, entries: int = ENTRIES) -> None:
-        self._masks: TTLCache[int, int] = TTLCache(entries, seconds, timer=time.monotonic)
+    def __init__(self, seconds: float, entries: int = ENTRIES, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._masks: TTLCache[int, int] = TTLCache(entries, seconds, timer=clock)
 
     def mask(self, key: int) -> int:
         """Bit i set: replica i served ``key`` within the window (since the key's last request)."""

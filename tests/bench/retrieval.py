@@ -159,7 +159,7 @@ async def shared_tier_line(filled: Retriever, settings: TenantRetrieval, questio
     if shutil.which("redis-server") is None:
         return "Redis tier: not measured (no redis-server here)."
     from proxy.caches.tiered import tiered_cache
-    from proxy.config.retrieval import RedisConfig
+    from proxy.config.redis import RedisConfig
     from tests.support.redis_server import RedisServer
 
     server = RedisServer(Path(tempfile.mkdtemp()))

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from policies.replica import least_loaded
+from policies.affinity import HashRing
+from policies.replica import least_loaded, pick_replica
 
 
 def test_fewest_in_flight_wins() -> None:
@@ -15,3 +16,33 @@ def test_ties_rotate_with_start() -> None:
 def test_unhealthy_skipped_and_none_when_all_down() -> None:
     assert least_loaded([0, 5], [False, True], start=0) == 1
     assert least_loaded([0, 0], [False, False], start=0) is None
+
+
+RING = HashRing(["http://a/v1", "http://b/v1", "http://c/v1"])
+KEY = 12345
+
+
+def _pick(in_flight: list[int], *, warm: int = 0, healthy: list[bool] | None = None,
+          key: int | None = KEY) -> tuple[int, str] | None:
+    return pick_replica(in_flight, healthy or [True] * 3, key=key, ring=RING, bound=1.25, home_slack=0, warm=warm,
+                        start=0)
+
+
+def test_a_prompt_goes_home_while_its_home_has_room() -> None:
+    assert _pick([0, 0, 0]) == (RING.home(KEY), "home")
+
+
+def test_a_full_home_sends_the_prompt_where_it_is_warm_else_spills_it() -> None:
+    home = RING.home(KEY)
+    loads = [0, 0, 0]
+    loads[home] = 9
+    other = next(i for i in RING.walk(KEY) if i != home)
+    assert _pick(loads, warm=1 << other) == (other, "warm")
+    index, reason = _pick(loads)  # type: ignore[misc]
+    assert index != home and reason == "spilled"
+
+
+def test_without_a_key_the_least_loaded_takes_it_and_none_when_none_is_healthy() -> None:
+    assert _pick([2, 0, 1], key=None) == (1, "least_loaded")
+    assert _pick([0, 0, 0], healthy=[False] * 3) is None
+    assert _pick([0, 0, 0], healthy=[False] * 3, key=None) is None

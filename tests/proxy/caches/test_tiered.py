@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 
 from policies.evidence import Passage
 from proxy.caches.tiered import TieredCache, tiered_cache
-from proxy.config.retrieval import RedisConfig
+from proxy.config.redis import RedisConfig
 from proxy.retrieval.passage_cache import RetrievalCache
 from tests.conftest import FakeServer, pool
 from tests.support.metrics_text import sample_sum

@@ -15,8 +15,8 @@ import pytest
 
 from policies.health import EjectionRules
 from proxy.config.pools import EngineMetrics
-from proxy.upstream.pools import Replica
-from proxy.upstream.replica_load import read_engine
+from proxy.upstream.replica import Replica
+from proxy.upstream.replica_load import read_replica
 from tests.conftest import FakeServer, pool
 from tests.proxy.upstream.test_pools import PROMPTS, _ask, _served_by
 from tests.support.fake_upstream import FakeUpstream
@@ -165,6 +165,6 @@ def test_a_request_of_its_own_that_came_and_went_during_a_reading_is_not_another
     replica = Replica("http://127.0.0.1:9/v1", transport, "/health", EjectionRules(), "p")  # type: ignore[arg-type]
     transport.replica = replica
     for _ in range(2):  # two readings: the others' load counted is what both saw
-        assert asyncio.run(read_engine(replica, EngineMetrics(interval=1))) is True
-    assert replica.engine is not None and replica.engine.sample.running == 1
+        assert asyncio.run(read_replica(replica, EngineMetrics(interval=1))) is True
+    assert replica.reading is not None and replica.reading.sample.running == 1
     assert replica.others == 0

@@ -1,0 +1,195 @@
+"""A pool of vLLM (or other OpenAI-compatible) replicas: which replica takes a request, their health.
+
+One ``Transport`` (keep-alive connection pool) per replica, made by the gateway's transport
+factory in the app lifespan. The choice itself is ``pick_replica``'s; a ``Pool`` gathers what it
+reads (loads, health, the warm mask) and remembers what it chose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any, ClassVar
+
+import orjson
+
+from policies.admission import TokenCaps
+from policies.affinity import HashRing, prefix_key
+from policies.health import EjectionRules, usable
+from policies.length import PoolOption
+from policies.refusals import Refused, Shed
+from policies.replica import ReplicaReason, pick_replica
+from policies.stable_prefix import Pieces
+from proxy.admission.pool_gate import PoolGate
+from proxy.clock import SYSTEM_CLOCK, Clock
+from proxy.config.pools import PoolConfig, Timeouts, UpstreamConfig
+from proxy.transports.base import TransportFactory, UpstreamError
+from proxy.upstream.replica import Replica
+from proxy.upstream.warm_prefixes import WarmPrefixes
+
+# Below uvicorn's (and so vLLM's) 5 s keep-alive, so we never reuse a socket the server is closing.
+KEEPALIVE_SECONDS = 4.0
+
+
+class Pool:
+    """Pool kind ``openai``: requests go to one of its replicas over HTTP (see ``POOL_KINDS``)."""
+
+    has_replicas: ClassVar[bool] = True  # requests take a slot and a replica; False: answered another way
+    counts_usage_itself: ClassVar[bool] = False  # False: vLLM streams carry usage only when asked for it
+
+    def __init__(self, name: str, config: UpstreamConfig, transports: TransportFactory,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        headers = {"Content-Type": "application/json"}
+        if config.api_key:
+            headers["Authorization"] = f"Bearer {config.api_key}"
+        self.name = name
+        self.clock = clock
+        self.timeouts: Timeouts = config.timeouts
+        self.checks = config.health
+        self.engine_metrics = config.engine_metrics
+        rules = EjectionRules(config.health.eject_after, config.health.backoff, config.health.max_backoff)
+        self.declared_models = frozenset(config.models)
+        self.discovered_models: frozenset[str] = frozenset()
+        self.replicas = [
+            Replica(url, transports(connect_timeout=config.timeouts.connect, headers=headers,
+                                    max_connections=config.max_connections, keepalive=KEEPALIVE_SECONDS),
+                    config.health_path, rules, name, clock)
+            for url in config.replicas
+        ]
+        self._turn = itertools.count()
+        self.retries = config.retries
+        self.retry_budget = config.retry_budget
+        self.retrying = 0  # requests retrying, against the budget: retry_started() ... retry_ended()
+        self._affine = config.balance == "prefix" and len(self.replicas) > 1
+        self._ring = HashRing([r.base_url for r in self.replicas])
+        self._load_bound = config.load_bound
+        self._home_slack = config.home_slack
+        warm = self._affine and config.warm_memory_s > 0
+        self._warm = WarmPrefixes(config.warm_memory_s, clock=clock) if warm else None
+        self._affinity_chars = config.affinity_chars
+        self.option = PoolOption(name, "any", 0)
+        self.max_tokens_limit: int | None = None
+        self.max_tokens_default: int | None = None
+        self.gate: PoolGate | None = None  # set when the pool caps its in-flight requests
+        self.stream_keepalive: float | None = None  # seconds between SSE comments while a stream waits
+        self.overflow: Pool | None = None  # where requests this pool sheds go instead
+        if isinstance(config, PoolConfig):
+            self.option = PoolOption(name, config.output, config.short_threshold)
+            self.max_tokens_limit, self.max_tokens_default = config.max_tokens_limit, config.max_tokens_default
+            self.stream_keepalive = config.stream_keepalive
+            if config.max_in_flight is not None and config.replicas:
+                self.gate = PoolGate(name, config.max_in_flight * len(config.replicas), config.queue_size,
+                                     config.queue_timeout)
+
+    def caps(self, action: str) -> TokenCaps | None:
+        """This pool's max_tokens limits, applied with the tenant's action; None where it sets none."""
+        if self.max_tokens_limit is None and self.max_tokens_default is None:
+            return None
+        return TokenCaps(self.max_tokens_limit, action, self.max_tokens_default,  # type: ignore[arg-type]
+                         source=f"pool '{self.name}'")
+
+    @property
+    def catch_all(self) -> bool:
+        """A pool that declares no models and whose models are not known yet takes any model."""
+        return not self.declared_models and not self.discovered_models
+
+    def serves(self, model: str) -> bool:
+        return model in self.declared_models or model in self.discovered_models
+
+    def affinity_key(self, pieces: Pieces, model: str, salt: str | None) -> int | None:
+        """The prompt's key on this pool's ring; None where the pool does not balance by prefix."""
+        return prefix_key(pieces, model, salt, self._affinity_chars) if self._affine else None
+
+    def pick(self, key: int | None = None) -> tuple[Replica, ReplicaReason]:
+        """The replica for a request, by prefix ``key`` under the load bound, else the least loaded,
+        and why (``ReplicaReason``); raises the ``Shed`` refusal when no replica is healthy."""
+        replicas = self.replicas
+        if len(replicas) == 1 and not replicas[0].health.tripped:
+            return replicas[0], "single"
+        warm = self._warm.mask(key) if self._warm is not None and key is not None else 0
+        now = self.clock()
+        start = next(self._turn) if key is None else 0  # the least-loaded rotation, as in ``alternate``
+        choice = pick_replica(*self._loads(now, None), key=key, ring=self._ring, bound=self._load_bound,
+                              home_slack=self._home_slack, warm=warm, start=start)
+        if choice is None:
+            back = min(r.health.ejected_until for r in replicas) - now  # the first to turn half-open
+            raise Refused(Shed(self.name, "no_healthy_upstream", retry_after=back))
+        index, reason = choice
+        if self._warm is not None and key is not None:
+            self._warm.remember(key, warm | 1 << index)
+        return replicas[index], reason
+
+    def alternate(self, failed: Replica) -> Replica | None:
+        """Another usable replica for a request that ``failed`` could not take, if there is one."""
+        if len(self.replicas) == 1:
+            return None
+        choice = pick_replica(*self._loads(self.clock(), failed), key=None, ring=self._ring,
+                              bound=self._load_bound, home_slack=self._home_slack, warm=0, start=next(self._turn))
+        return None if choice is None else self.replicas[choice[0]]
+
+    def _loads(self, now: float, avoid: Replica | None) -> tuple[list[int], list[bool]]:
+        """Each replica's requests in flight (this process's and, while fresh, other senders'), and
+        whether it may take one (healthy, or half-open with nothing in flight; never ``avoid``)."""
+        replicas = self.replicas
+        in_flight = [r.in_flight + r.others_at(now) for r in replicas]
+        healthy = [r is not avoid and usable(r.health, now, r.in_flight) for r in replicas]
+        return in_flight, healthy
+
+    async def fetch_models(self, timeout: float) -> list[dict[str, Any]]:
+        """Model cards from every replica that answers; also refreshes the discovered set."""
+        answers = await asyncio.gather(
+            *(r.transport.get(r.base_url + "/models", timeout) for r in self.replicas), return_exceptions=True
+        )
+        cards: dict[str, dict[str, Any]] = {}
+        for answer in answers:
+            if isinstance(answer, tuple) and answer[0] == 200:
+                try:
+                    data = orjson.loads(answer[1]).get("data", [])
+                except (orjson.JSONDecodeError, AttributeError):
+                    continue
+                for card in data:
+                    if isinstance(card, dict) and isinstance(card.get("id"), str):
+                        cards.setdefault(card["id"], card)
+        if cards:
+            self.discovered_models = frozenset(cards)
+        if self.declared_models:
+            return [cards.get(m) or {"id": m, "object": "model", "owned_by": "prefixgate"}
+                    for m in sorted(self.declared_models)]
+        return list(cards.values())
+
+    async def probe(self, timeout: float) -> dict[str, bool]:
+        """GET each replica's health URL: base URL -> answered 200. A failed check ejects the replica,
+        a passed one brings it back."""
+
+        async def one(replica: Replica) -> bool:
+            try:
+                status, _ = await replica.transport.get(replica.health_url, timeout)
+            except UpstreamError:
+                status = 0
+            if status == 200:
+                replica.succeeded()
+                return True
+            replica.failed(at_once=True)
+            return False
+
+        results = await asyncio.gather(*(one(r) for r in self.replicas))
+        return {r.base_url: ok for r, ok in zip(self.replicas, results, strict=True)}
+
+    def retry_started(self) -> None:
+        """A request moves to its first retry; it counts against ``retry_budget`` until ``retry_ended``."""
+        self.retrying += 1
+
+    def retry_ended(self) -> None:
+        self.retrying -= 1
+
+    def in_flight(self) -> int:
+        return sum(r.in_flight for r in self.replicas)
+
+    async def check_forever(self) -> None:
+        """Active health checks every ``health.interval`` seconds, until cancelled."""
+        while True:
+            await asyncio.sleep(self.checks.interval)
+            await self.probe(self.checks.timeout)
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(r.transport.aclose() for r in self.replicas))

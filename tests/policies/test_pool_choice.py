@@ -1,0 +1,65 @@
+"""Which pool serves a request: named, by predicted length, by model; and the refusals when none does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from policies.length import PoolOption
+from policies.pool_choice import choose_pool
+from policies.refusals import ModelNotInPool, UnknownModel, UnknownPool
+
+
+@dataclass
+class FakePool:
+    name: str
+    models: frozenset[str] = frozenset()
+    kind: str = "any"
+    threshold: int = 0
+    lists_nothing: bool = False  # declares no models and none were discovered: takes any
+    option: PoolOption = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.option = PoolOption(self.name, self.kind, self.threshold)
+
+    def serves(self, model: str) -> bool:
+        return model in self.models
+
+    @property
+    def catch_all(self) -> bool:
+        return self.lists_nothing
+
+
+SHORT = FakePool("short", frozenset({"m"}), "short", 128)
+LONG = FakePool("long", frozenset({"m"}), "long")
+OTHER = FakePool("other", frozenset({"x"}))
+POOLS = [SHORT, LONG, OTHER]
+BY_NAME = {pool.name: pool for pool in POOLS}
+
+
+def test_the_first_pool_that_serves_the_model_takes_it() -> None:
+    assert choose_pool(POOLS, "x", by_name=BY_NAME) == (OTHER, "model")
+    assert choose_pool(POOLS, "m", by_name=BY_NAME) == (SHORT, "model")  # no prediction: no length routing
+
+
+def test_a_prediction_routes_by_length_among_the_pools_that_serve_the_model() -> None:
+    assert choose_pool(POOLS, "m", by_name=BY_NAME, predicted_p90=40, routes_by_length=True) == (SHORT, "length")
+    assert choose_pool(POOLS, "m", by_name=BY_NAME, predicted_p90=900, routes_by_length=True) == (LONG, "length")
+
+
+def test_a_named_pool_wins_and_a_wrong_name_is_refused_with_what_exists() -> None:
+    assert choose_pool(POOLS, "m", by_name=BY_NAME, named="long", predicted_p90=40,
+                       routes_by_length=True) == (LONG, "named")
+    assert choose_pool(POOLS, "m", by_name=BY_NAME, named="huge") == UnknownPool("huge", ("short", "long", "other"))
+    assert choose_pool(POOLS, "m", by_name=BY_NAME, named="other") == ModelNotInPool("other", "m")
+
+
+def test_a_model_nothing_serves_is_refused_unless_a_pool_takes_any() -> None:
+    assert choose_pool(POOLS, "gpt-9", by_name=BY_NAME) == UnknownModel("gpt-9")
+    anything = FakePool("any", lists_nothing=True)
+    assert choose_pool([*POOLS, anything], "gpt-9", by_name={**BY_NAME, "any": anything}) == (anything, "model")
+
+
+def test_the_embeddings_upstream_takes_the_models_it_serves() -> None:
+    embedder = FakePool("embeddings", frozenset({"e"}))
+    assert choose_pool(POOLS, "e", by_name=BY_NAME, embeddings=embedder) == (embedder, "model")
+    assert choose_pool(POOLS, "x", by_name=BY_NAME, embeddings=embedder) == (OTHER, "model")
