@@ -138,7 +138,7 @@ def merge_adjacent(chunks: Iterable[Chunk], count_tokens: TokenCounter) -> list[
     return passages
 
 
-def within_budget(passages: Iterable[Passage], top_n: int, budget_tokens: int) -> list[Passage]:
+def passages_within_budget(passages: Iterable[Passage], top_n: int, budget_tokens: int) -> list[Passage]:
     """The best ``top_n`` passages whose tokens fit the budget together, taken greedily by score.
 
     A passage that does not fit is skipped rather than cut: a half passage can lose the sentence
@@ -159,7 +159,7 @@ def select_evidence(chunks: Sequence[Chunk], policy: EvidencePolicy, count_token
     """Dedupe, merge neighbours, keep the top N under the budget, then order by document and position."""
     distinct = drop_near_duplicates(chunks, policy.duplicate_similarity)
     passages = merge_adjacent(distinct, count_tokens)
-    kept = within_budget(passages, policy.top_n, policy.budget_tokens)
+    kept = passages_within_budget(passages, policy.top_n, policy.budget_tokens)
     return sorted(kept, key=lambda p: (p.doc_id, p.first))
 
 

@@ -22,7 +22,7 @@ class InputLimits:
     max_inputs: int = 2048  # prompts of a completions request, or inputs of an embeddings request
 
 
-def check_input(endpoint: Endpoint, raw: bytes, body: Any, limits: InputLimits) -> Rejection | None:
+def check_input_limits(endpoint: Endpoint, raw: bytes, body: Any, limits: InputLimits) -> Rejection | None:
     """Why the decoded ``body`` (from ``raw``) breaks a limit, or None."""
     # A body with fewer brackets than the depth limit cannot nest that deep: skips the walk for most.
     if raw.count(b"[") + raw.count(b"{") > limits.max_json_depth and _deeper_than(body, limits.max_json_depth):

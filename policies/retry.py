@@ -17,6 +17,6 @@ def retryable(*, connect_failed: bool, status: int, attempt: int, attempts: int)
     return attempt < attempts and (connect_failed or status in RETRYABLE_STATUSES)
 
 
-def within_budget(retrying: int, in_flight: int, budget: float, min_concurrent: int) -> bool:
+def retry_within_budget(retrying: int, in_flight: int, budget: float, min_concurrent: int) -> bool:
     """May one more retry start while ``retrying`` retries and ``in_flight`` requests are under way?"""
     return retrying < max(min_concurrent, int(budget * in_flight))

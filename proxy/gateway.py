@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from policies.admission import TokenCaps
 from policies.cache_salt import SaltPolicy, salt_policy
 from policies.input_limits import InputLimits
 from policies.limits import RateLimits
 from policies.lines import LineScanner
 from policies.prompt import PromptPolicy
 from policies.templates import compile_template
+from policies.token_caps import TokenCaps
 from policies.volatile import custom_detectors
 from proxy.admission.rate_limiter import open_limiter
 from proxy.admission.request_admission import Admission, TenantAdmission

@@ -12,12 +12,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from policies.admission import TokenCaps, cap_output, check_input, requested_output
 from policies.affinity import prefix_key
 from policies.length import LengthHistory, Prediction, features_of, predict
 from policies.limits import RateLimits, output_reservation, ratelimit_headers
 from policies.refusals import LimiterDown, RateLimited, Refused
 from policies.stable_prefix import Pieces
+from policies.token_caps import TokenCaps, cap_output, check_prompt_tokens, requested_output
 from proxy.admission.rate_limiter import Limiter, LimiterUnavailable, Ticket
 from proxy.admission.token_count import TokenCounter
 from proxy.observability.metrics import Metrics
@@ -91,7 +91,7 @@ class Admission:
                 tenant_name: str) -> Admitted:
         """Count the prompt, cap it and the output, predict the output; raises the ``Rejection`` that refuses it."""
         prompt_tokens = self.counter.count(pieces)
-        refused = check_input(prompt_tokens, tenant.caps, "messages" if "messages" in body else "prompt")
+        refused = check_prompt_tokens(prompt_tokens, tenant.caps, "messages" if "messages" in body else "prompt")
         if refused is not None:
             raise Refused(refused)
         capped = cap_output(body, tenant.caps)

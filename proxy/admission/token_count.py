@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from policies.stable_prefix import Pieces
 
 
-def estimate_tokens(texts: Iterable[str]) -> int:
+def estimate_prompt_tokens(texts: Iterable[str]) -> int:
     characters = extra = 0
     for text in texts:
         characters += len(text)
@@ -35,5 +35,5 @@ class TokenCounter:
 
     def count(self, pieces: Pieces) -> int:
         if self.tokenizer is None:
-            return estimate_tokens(pieces)
+            return estimate_prompt_tokens(pieces)
         return len(self.tokenizer.encode("".join(pieces), add_special_tokens=False).ids)

@@ -16,14 +16,14 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from policies.admission import cap_output
 from policies.answer_cache import answer_key as answer_key_for
 from policies.answer_cache import cacheable
 from policies.evidence import question_of, render_evidence, with_evidence
-from policies.input_limits import check_input
+from policies.input_limits import check_input_limits
 from policies.prompt import rewrite_chat
 from policies.refusals import InternalError, Refused
 from policies.stable_prefix import Pieces, chat_pieces, completion_pieces
+from policies.token_caps import cap_output
 from policies.types import Endpoint, Rejection
 from policies.validate import validate_request
 from proxy.admission.request_admission import Admitted
@@ -138,7 +138,7 @@ class GenerationRoute:
                 entry["tenant"] = tenant.name
             raw = await read_body(receive, length, gateway.config.server.max_body_bytes)
             decoded = decode_json(raw)
-            refused = check_input(self.endpoint, raw, decoded, gateway.input_limits)
+            refused = check_input_limits(self.endpoint, raw, decoded, gateway.input_limits)
             if refused is not None:
                 raise Refused(refused)
             view = validate_request(self.endpoint, decoded)

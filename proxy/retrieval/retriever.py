@@ -27,8 +27,9 @@ from proxy.retrieval.vector_store import SearchQuery, VectorStore
 log = logging.getLogger("prefixgate")
 
 
-def estimated_tokens(text: str) -> int:
-    """The budget counts the engine's tokens, whose tokenizer the gateway does not run: ~4 chars each."""
+def passage_budget_tokens(text: str) -> int:
+    """A passage's tokens as ``retrieval.budget_tokens`` counts them: ~4 chars each (the engine's tokenizer is not run
+    here; admission's ``estimate_prompt_tokens`` weighs multi-byte text too)."""
     return -(-len(text) // CHARS_PER_TOKEN)
 
 
@@ -171,7 +172,7 @@ class Retriever:
         selecting = perf_counter()
         policy = EvidencePolicy(top_n=settings.top_n, budget_tokens=settings.budget_tokens,
                                 duplicate_similarity=settings.duplicate_similarity)
-        passages = select_evidence(hits, policy, estimated_tokens)
+        passages = select_evidence(hits, policy, passage_budget_tokens)
         stages["select"] = perf_counter() - selecting
         if self.metrics is not None:
             self.metrics.observe_retrieval(stages)

@@ -17,7 +17,7 @@ from starlette.types import Send
 
 from policies.answer_cache import completion_from_stream
 from policies.refusals import UpstreamFailed
-from policies.retry import retryable, within_budget
+from policies.retry import retry_within_budget, retryable
 from policies.usage import hide_usage_events, stream_events, streamed_completion_tokens, usage_in
 from proxy.admission.request_admission import Admission, Admitted
 from proxy.caches.answers import AnswerStore, storable
@@ -200,7 +200,7 @@ class Exchange:
         pool = self.pool
         if not retryable(connect_failed=connect_failed, status=status, attempt=attempt, attempts=pool.retries):
             return False
-        if attempt == 0 and not within_budget(pool.retrying, pool.in_flight(), pool.retry_budget,
+        if attempt == 0 and not retry_within_budget(pool.retrying, pool.in_flight(), pool.retry_budget,
                                               MIN_RETRY_CONCURRENCY):
             return False
         assert self.replica is not None

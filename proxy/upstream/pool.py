@@ -13,13 +13,13 @@ from typing import Any, ClassVar
 
 import orjson
 
-from policies.admission import TokenCaps
 from policies.affinity import HashRing, prefix_key
 from policies.health import EjectionRules, usable
 from policies.length import PoolOption
 from policies.refusals import Refused, Shed
 from policies.replica import ReplicaReason, pick_replica
 from policies.stable_prefix import Pieces
+from policies.token_caps import TokenCaps
 from proxy.admission.pool_gate import PoolGate
 from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.pools import PoolConfig, Timeouts, UpstreamConfig

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from policies.evidence import EvidencePolicy, Passage, render_evidence, select_evidence, with_evidence  # noqa: E402
 from proxy.commands.ingest import ingest  # noqa: E402
 from proxy.retrieval.embeddings import LocalMiniLM  # noqa: E402
-from proxy.retrieval.retriever import estimated_tokens  # noqa: E402
+from proxy.retrieval.retriever import passage_budget_tokens  # noqa: E402
 from proxy.retrieval.vector_store import VectorStore  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.prefix_reuse import run_cell, start_engine_on_own_core, summarize  # noqa: E402
@@ -61,7 +61,7 @@ async def retrieve_all(questions: list[str], top_n: int, workdir: Path) -> list[
                      store=store, chunk_tokens=200, chunk_overlap=32, progress=False)
         policy = EvidencePolicy(top_n=top_n, budget_tokens=1500)
         vectors = await embedder.embed(questions)
-        return [select_evidence(await store.search("docs", "bench", vector, 20), policy, estimated_tokens)
+        return [select_evidence(await store.search("docs", "bench", vector, 20), policy, passage_budget_tokens)
                 for vector in vectors]
     finally:
         await store.aclose()

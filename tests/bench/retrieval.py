@@ -30,7 +30,7 @@ from policies.evidence import EvidencePolicy, select_evidence  # noqa: E402
 from proxy.config.retrieval import TenantRetrieval  # noqa: E402
 from proxy.retrieval.embeddings import LocalMiniLM  # noqa: E402
 from proxy.retrieval.passage_cache import RetrievalCache, cache_key  # noqa: E402
-from proxy.retrieval.retriever import Retriever, estimated_tokens  # noqa: E402
+from proxy.retrieval.retriever import Retriever, passage_budget_tokens  # noqa: E402
 from proxy.retrieval.vector_store import StoredChunk, VectorStore  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.report import write_block, write_result  # noqa: E402
@@ -140,8 +140,8 @@ async def main_async(args: argparse.Namespace, data: dict) -> list[str]:
     for question in questions[:64]:
         vector = (await embedder.embed([question]))[0]
         hits = await store.search("bench", "bench", vector, 10)
-        plain.append(sum(estimated_tokens(h.text) for h in hits))
-        selected.append(sum(p.tokens for p in select_evidence(hits, wide, estimated_tokens)))
+        plain.append(sum(passage_budget_tokens(h.text) for h in hits))
+        selected.append(sum(p.tokens for p in select_evidence(hits, wide, passage_budget_tokens)))
     data["evidence_tokens"] = {"retrieved": median(plain), "selected": median(selected)}
     lines += ["", f"Evidence size on this corpus (every chunk is also published as a near-copy), median over 64 "
               f"questions, passage text of the top 10 hits: as retrieved {median(plain):.0f} tokens, after "

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from policies.stable_prefix import CHARS_PER_TOKEN  # noqa: E402
-from proxy.admission.token_count import estimate_tokens  # noqa: E402
+from proxy.admission.token_count import estimate_prompt_tokens  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.report import write_block, write_result  # noqa: E402
 from tests.support.corpus import DOCUMENTS  # noqa: E402
@@ -73,7 +73,7 @@ def main() -> None:
         ours, quarter = [], []
         for text in samples:
             real = len(litellm.encode(model=MODEL, text=text))
-            ours.append((estimate_tokens([text]) - real) / real)
+            ours.append((estimate_prompt_tokens([text]) - real) / real)
             quarter.append((quarter_of_characters(text) - real) / real)
         rows.append(f"| {kind} | {len(samples)} | {summary(ours)} | {summary(quarter)} |")
         results[kind] = {"texts": len(samples), "estimate_errors": ours, "quarter_errors": quarter}

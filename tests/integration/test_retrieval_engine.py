@@ -19,7 +19,7 @@ import pytest
 from policies.evidence import EvidencePolicy, render_evidence, select_evidence
 from proxy.commands.ingest import ingest
 from proxy.retrieval.embeddings import LocalMiniLM
-from proxy.retrieval.retriever import estimated_tokens
+from proxy.retrieval.retriever import passage_budget_tokens
 from proxy.retrieval.vector_store import VectorStore
 from tests.conftest import Embedded, pool
 from tests.support.corpus import write_corpus
@@ -47,7 +47,7 @@ def test_the_engine_receives_the_selected_passages_before_the_question(
             expected = {}
             for question in QUESTIONS:
                 hits = await store.search("docs", "default", (await embedder.embed([question]))[0], 20)
-                expected[question] = render_evidence(select_evidence(hits, policy, estimated_tokens))
+                expected[question] = render_evidence(select_evidence(hits, policy, passage_budget_tokens))
             return expected
         finally:
             await store.aclose()

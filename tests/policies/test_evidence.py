@@ -16,9 +16,9 @@ from policies.evidence import (
     drop_near_duplicates,
     join_overlapping,
     merge_adjacent,
+    passages_within_budget,
     render_evidence,
     select_evidence,
-    within_budget,
 )
 
 
@@ -69,13 +69,13 @@ def test_budget_skips_a_passage_that_does_not_fit_and_takes_a_smaller_one() -> N
     big = Passage("a", 0, 0, "x " * 900, 0.9, "", 900)
     huge = Passage("b", 0, 0, "y " * 800, 0.8, "", 800)
     small = Passage("c", 0, 0, "z " * 300, 0.7, "", 300)
-    kept = within_budget([small, huge, big], top_n=5, budget_tokens=1_500)
+    kept = passages_within_budget([small, huge, big], top_n=5, budget_tokens=1_500)
     assert [p.doc_id for p in kept] == ["a", "c"]
 
 
 def test_top_n_counts_passages_by_score() -> None:
     passages = [Passage(str(i), 0, 0, "t", i / 10, "", 1) for i in range(8)]
-    assert [p.doc_id for p in within_budget(passages, top_n=3, budget_tokens=100)] == ["7", "6", "5"]
+    assert [p.doc_id for p in passages_within_budget(passages, top_n=3, budget_tokens=100)] == ["7", "6", "5"]
 
 
 def test_kept_passages_are_ordered_by_document_and_position_not_score() -> None:

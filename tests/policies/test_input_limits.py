@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import orjson
 
-from policies.input_limits import InputLimits, check_input
+from policies.input_limits import InputLimits, check_input_limits
 from policies.types import Rejection
 
 LIMITS = InputLimits(max_json_depth=8, max_messages=3, max_content_chars=10, max_inputs=2)
 
 
 def _check(endpoint: str, body: object, limits: InputLimits = LIMITS) -> Rejection | None:
-    return check_input(endpoint, orjson.dumps(body), body, limits)  # type: ignore[arg-type]
+    return check_input_limits(endpoint, orjson.dumps(body), body, limits)  # type: ignore[arg-type]
 
 
 def _nested(levels: int) -> object:

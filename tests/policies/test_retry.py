@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from policies.retry import retryable, within_budget
+from policies.retry import retry_within_budget, retryable
 
 
 def test_only_failures_that_left_nothing_half_done_are_retried() -> None:
@@ -18,7 +18,7 @@ def test_attempts_bound_the_retries_of_one_request() -> None:
 
 
 def test_the_budget_caps_concurrent_retries_at_a_share_of_requests_with_a_floor() -> None:
-    assert within_budget(retrying=2, in_flight=4, budget=0.2, min_concurrent=3)  # the floor: 3
-    assert not within_budget(retrying=3, in_flight=4, budget=0.2, min_concurrent=3)
-    assert within_budget(retrying=19, in_flight=100, budget=0.2, min_concurrent=3)
-    assert not within_budget(retrying=20, in_flight=100, budget=0.2, min_concurrent=3)
+    assert retry_within_budget(retrying=2, in_flight=4, budget=0.2, min_concurrent=3)  # the floor: 3
+    assert not retry_within_budget(retrying=3, in_flight=4, budget=0.2, min_concurrent=3)
+    assert retry_within_budget(retrying=19, in_flight=100, budget=0.2, min_concurrent=3)
+    assert not retry_within_budget(retrying=20, in_flight=100, budget=0.2, min_concurrent=3)

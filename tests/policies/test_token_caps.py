@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from policies.admission import TokenCaps, cap_output, check_input
+from policies.token_caps import TokenCaps, cap_output, check_prompt_tokens
 from policies.types import Rejection
 
 
@@ -32,7 +32,7 @@ def test_max_completion_tokens_is_the_field_clamped_and_a_larger_max_tokens_foll
 
 
 def test_input_cap() -> None:
-    assert check_input(100, TokenCaps(max_input_tokens=100), "messages") is None
-    refused = check_input(101, TokenCaps(max_input_tokens=100), "messages")
+    assert check_prompt_tokens(100, TokenCaps(max_input_tokens=100), "messages") is None
+    refused = check_prompt_tokens(101, TokenCaps(max_input_tokens=100), "messages")
     assert refused is not None and refused.status == 400 and refused.param == "messages" and "101" in refused.message
-    assert check_input(10**6, TokenCaps(), "prompt") is None
+    assert check_prompt_tokens(10**6, TokenCaps(), "prompt") is None

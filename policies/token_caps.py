@@ -57,7 +57,7 @@ def cap_output(body: dict[str, Any], caps: TokenCaps) -> dict[str, Any] | Reject
     return capped
 
 
-def check_input(prompt_tokens: int, caps: TokenCaps, param: str) -> Rejection | None:
+def check_prompt_tokens(prompt_tokens: int, caps: TokenCaps, param: str) -> Rejection | None:
     if caps.max_input_tokens is None or prompt_tokens <= caps.max_input_tokens:
         return None
     return Rejection(400, f"The prompt is {prompt_tokens} tokens, above the limit of {caps.max_input_tokens} "
