@@ -1,4 +1,4 @@
-"""The Starlette application factory."""
+"""The gateway's ASGI app: the generation routes behind ``FastPath``, the rest a Starlette app."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from policies.refusals import Refused
 from proxy.clock import SYSTEM_CLOCK, Clock
@@ -18,12 +18,37 @@ from proxy.connections.guard import ConnectionGuard, file_limit
 from proxy.gateway import Gateway
 from proxy.http import service_routes as routes
 from proxy.http.errors import http_exception_handler, refused_handler, unexpected_error_handler
-from proxy.http.generation import FastPath, GenerationRoute
+from proxy.http.generation import GenerationRoute
 from proxy.observability.metrics import Metrics
 from proxy.retrieval.retriever import StoreOpener
 from proxy.transports.base import TransportFactory
 
 ENV_RESOLVED_CONFIG = "PREFIXGATE_RESOLVED_CONFIG"
+
+
+class FastPath:
+    """Send POSTs on the generation paths straight to their routes; everything else to ``app``.
+
+    The generation routes skip Starlette's router and middleware (see ``GenerationRoute``); Starlette
+    also mounts the same route objects, so 405s and odd paths keep its behaviour. ``FastPath`` is the
+    app uvicorn serves, so it also carries the ``connection_guard`` that the server's protocol
+    (``GuardedHttpToolsProtocol``) reports connections to."""
+
+    __slots__ = ("app", "connection_guard", "routes")
+
+    def __init__(self, app: ASGIApp, routes: dict[str, GenerationRoute],
+                 connection_guard: ConnectionGuard | None = None) -> None:
+        self.app = app
+        self.routes = routes
+        self.connection_guard = connection_guard
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            route = self.routes.get(scope["path"])
+            if route is not None:
+                await route(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def create_app(config: Config, *, open_store: StoreOpener | None = None, transports: TransportFactory | None = None,

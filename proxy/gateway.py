@@ -5,25 +5,17 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from policies.cache_salt import SaltPolicy, salt_policy
 from policies.input_limits import InputLimits
-from policies.limits import RateLimits
-from policies.lines import LineScanner
-from policies.prompt import PromptPolicy
-from policies.templates import compile_template
-from policies.token_caps import TokenCaps
-from policies.volatile import custom_detectors
 from proxy.admission.rate_limiter import open_limiter
-from proxy.admission.request_admission import Admission, TenantAdmission
+from proxy.admission.request_admission import Admission
 from proxy.admission.token_count import TokenCounter
-from proxy.auth.keys import OPEN_TENANT, KeyTable
+from proxy.auth.keys import KeyTable
 from proxy.auth.salt_secret import deployment_secret
+from proxy.auth.tenants import TenantPolicy, tenant_policies
 from proxy.caches.answers import AnswerStore
 from proxy.caches.tiered import tiered_cache
 from proxy.clock import SYSTEM_CLOCK, Clock
-from proxy.config.gateway import Config, LimitsConfig
-from proxy.config.prompt import PromptConfig
-from proxy.config.retrieval import TenantRetrieval
+from proxy.config.gateway import Config
 from proxy.observability.access_log import AccessLog
 from proxy.observability.metrics import Metrics
 from proxy.observability.prefix_meter import PrefixMeter
@@ -33,20 +25,10 @@ from proxy.upstream.litellm_pool import load_litellm
 from proxy.upstream.pools import Upstreams
 
 
-@dataclass(frozen=True, slots=True)
-class TenantPolicy:
-    """Everything decided per tenant once at start-up, looked up once per request."""
-
-    name: str
-    prompt: PromptPolicy
-    salt: SaltPolicy
-    admission: TenantAdmission
-    retrieval: TenantRetrieval | None = None  # set when this tenant gets context from its documents
-    answer_ttl: float | None = None  # set when this tenant's deterministic answers are stored for repeats
-
-
 @dataclass(slots=True)
 class Gateway:
+    """What the routes reach through the app's lifespan state: config, tenants, pools and the shared parts."""
+
     config: Config
     keys: KeyTable
     metrics: Metrics
@@ -97,33 +79,3 @@ class Gateway:
             await self.answers.aclose()
         if self.access_log is not None:
             await asyncio.to_thread(self.access_log.close)
-
-
-def tenant_policies(config: Config, salt_secret: bytes, extra: tuple[str, ...] = ()) -> dict[str, TenantPolicy]:
-    """One policy per named tenant; tenants with the same patterns share one line cache."""
-    scanners: dict[tuple[tuple[str, str], ...], LineScanner] = {}
-
-    def build(prompt: PromptConfig, tenant: str) -> TenantPolicy:
-        patterns = tuple((pattern.name, pattern.regex) for pattern in prompt.patterns)
-        scanner = scanners.get(patterns)
-        if scanner is None:
-            scanner = scanners[patterns] = LineScanner(custom_detectors(patterns))
-        policy = PromptPolicy(volatile=prompt.volatile, actions=prompt.actions, scope=prompt.scope, note=prompt.note,
-                              canonical=prompt.canonical, scanner=scanner,
-                              templates=tuple(compile_template(t.name, t.text) for t in prompt.templates))
-        own = config.tenants.get(tenant)
-        retrieval = own.retrieval if own is not None and own.retrieval is not None and own.retrieval.enabled else None
-        answer_ttl = own.answer_cache.ttl_s if own is not None and own.answer_cache is not None else None
-        return TenantPolicy(tenant, policy, salt_policy(prompt.cache_salt, salt_secret, tenant), tenant_admission(
-            config.tenant_limits(tenant)), retrieval, answer_ttl)
-
-    names = {*config.resolved_keys.values(), *config.tenants, OPEN_TENANT, *extra}
-    return {name: build(config.tenant_prompt(name), name) for name in names}
-
-
-def tenant_admission(limits: LimitsConfig) -> TenantAdmission:
-    return TenantAdmission(
-        RateLimits(limits.requests_per_minute, limits.tokens_per_minute),
-        TokenCaps(limits.max_tokens, limits.max_tokens_action, limits.default_max_tokens, limits.max_input_tokens),
-        limits.output_reservation,
-    )

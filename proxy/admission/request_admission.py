@@ -147,3 +147,18 @@ class Admission:
 
     async def aclose(self) -> None:
         await self.limiter.aclose()
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionHold:
+    """What admission holds for a request until its answer ends: settled with the answer's usage, or
+    given back whole when no engine worked on it."""
+
+    admission: Admission
+    admitted: Admitted
+
+    async def settle(self, pool: str, usage: tuple[int | None, int | None]) -> None:
+        await self.admission.finish(self.admitted, pool, *usage)
+
+    async def give_back(self) -> None:
+        await self.admission.release(self.admitted)

@@ -7,6 +7,7 @@ Replays answer with the header ``x-prefixgate-answer-cache: hit`` and never reac
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -28,6 +29,19 @@ class AnswerStore:
 
     async def aclose(self) -> None:
         await self._store.aclose()
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerToStore:
+    """Where one request's answer goes, if it turns out worth replaying."""
+
+    store: AnswerStore
+    key: str
+    ttl: float
+
+    async def put(self, completion: dict[str, Any] | None) -> None:
+        if completion is not None and storable(completion):
+            await self.store.put(self.key, completion, self.ttl)
 
 
 def storable(completion: dict[str, Any]) -> bool:

@@ -23,8 +23,8 @@ from policies.prompt import PromptPolicy, rewrite_chat
 from policies.types import Rejection
 from policies.validate import validate_request
 from policies.volatile import find_volatile
+from proxy.auth.tenants import tenant_policies
 from proxy.config.gateway import ConfigError, load_config
-from proxy.gateway import tenant_policies
 
 Encode = Callable[[str], list[int]]
 

@@ -1,101 +1,84 @@
-"""The generation routes as bare ASGI apps: auth, read, validate, route, relay.
+"""The generation routes (chat completions, completions, embeddings) as bare ASGI apps.
 
 These routes carry nearly all of a gateway's traffic, so they skip Starlette's Request object,
 router and middleware wrappers: in the overhead benchmark those cost about a fifth of the CPU of
-each request and a wrapper call on every streamed chunk. Everything else stays a Starlette route;
-``FastPath`` hands only POSTs to these exact paths to them and the rest to Starlette, which also
-mounts the same objects so 405s and odd paths keep Starlette's behaviour.
+each request and a wrapper call on every streamed chunk (``FastPath`` hands them their requests).
+
+A request goes through named steps, each a method of ``Preparation``, top to bottom:
+authenticate, read, shape the prompt (rewrite, retrieval), admit, choose the pool, plan and shape
+the call (``plan_call``, ``shape_body``), charge the rate limits, answer from the answer cache or
+hand over to the ``UpstreamCall``. A step that refuses raises ``Refused``; the route answers it.
 """
 
 from __future__ import annotations
 
 import logging
-from time import perf_counter, time
+from dataclasses import dataclass
+from time import perf_counter
 from typing import Any
 
-import orjson
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
-from policies.answer_cache import answer_key as answer_key_for
-from policies.answer_cache import cacheable
-from policies.evidence import question_of, render_evidence, with_evidence
+from policies.answer_cache import answer_key
 from policies.input_limits import check_input_limits
 from policies.prompt import rewrite_chat
 from policies.refusals import InternalError, Refused
+from policies.request_plan import CallPlan, ShapedBody, plan_call, shape_body
 from policies.stable_prefix import Pieces, chat_pieces, completion_pieces
-from policies.token_caps import cap_output
-from policies.types import Endpoint, Rejection
+from policies.types import Endpoint, Rejection, RequestView
 from policies.validate import validate_request
-from proxy.admission.request_admission import Admitted
-from proxy.caches.answers import send_stored_answer
-from proxy.connections.guard import ConnectionGuard
-from proxy.gateway import Gateway, TenantPolicy
+from proxy.admission.request_admission import AdmissionHold, Admitted
+from proxy.auth.tenants import TenantPolicy
+from proxy.caches.answers import AnswerToStore, send_stored_answer
+from proxy.gateway import Gateway
+from proxy.http import headers as x_prefixgate
 from proxy.http.body import ClientGone, decode_json, read_body
 from proxy.http.errors import openai_error
-from proxy.retrieval.retriever import Retriever
+from proxy.observability.request_record import RequestRecord
+from proxy.retrieval.context import add_context
 from proxy.upstream.call import UpstreamCall
-from proxy.upstream.exchange import CLIENT_CLOSED
+from proxy.upstream.exchange import CLIENT_CLOSED, Outgoing
+from proxy.upstream.pool import Pool
 
 log = logging.getLogger("prefixgate")
 
+@dataclass(slots=True)
+class RequestHeaders:
+    """The request headers the gateway reads, from the raw ASGI header list in one pass."""
 
-RETRIEVAL_HEADER = b"x-prefixgate-retrieval"  # "off": this request goes without added context
-POOL_HEADER = b"x-prefixgate-pool"  # the pool to use, overriding length routing
+    authorization: str | None = None
+    length: bytes | None = None
+    retrieval: bool = True  # not turned off by x-prefixgate-retrieval
+    pool: str | None = None  # the pool x-prefixgate-pool names
 
-
-def _request_headers(scope: Scope) -> tuple[str | None, bytes | None, bool, str | None]:
-    """(Authorization, Content-Length, retrieval wanted, pool named) from the raw ASGI header list, in one pass."""
-    authorization = length = pool = None
-    retrieval = True
-    for name, value in scope["headers"]:
-        if name == b"authorization":
-            authorization = value.decode("latin-1")
-        elif name == b"content-length":
-            length = value
-        elif name == RETRIEVAL_HEADER:
-            retrieval = value.strip().lower() != b"off"
-        elif name == POOL_HEADER:
-            pool = value.decode("latin-1").strip()
-    return authorization, length, retrieval, pool
-
-
-def _with_field(raw: bytes, name: bytes, value: bytes) -> bytes:
-    """Add a new top-level field (``value``: JSON) to a JSON object's bytes without parsing and
-    re-serializing it.
-
-    Only for a body already decoded as an object that lacks ``name``: its last non-blank byte is
-    the closing brace, and an object here is never empty (model and messages are required).
-    """
-    return raw.rstrip()[:-1] + b',"' + name + b'":' + value + b"}"
+    @classmethod
+    def of(cls, scope: Scope) -> RequestHeaders:
+        headers = cls()
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                headers.authorization = value.decode("latin-1")
+            elif name == b"content-length":
+                headers.length = value
+            elif name == x_prefixgate.RETRIEVAL:
+                headers.retrieval = value.strip().lower() != b"off"
+            elif name == x_prefixgate.POOL:
+                headers.pool = value.decode("latin-1").strip()
+        return headers
 
 
-async def _add_evidence(
-    retriever: Retriever, tenant: TenantPolicy, body: dict, headers: list[tuple[bytes, bytes]],
-    entry: dict[str, Any] | None,
-) -> tuple[dict, str | None]:
-    """The tenant's passages before the final user message; x-prefixgate-passages says how many
-    (``error`` when retrieval failed and the request went on without), Server-Timing how long."""
-    assert tenant.retrieval is not None
-    question = question_of(body)
-    if not question:
-        return body, None
-    retrieved = await retriever.retrieve(tenant.name, tenant.retrieval, question)
-    passages = retrieved.passages
-    headers.append((b"x-prefixgate-passages", b"error" if passages is None else str(len(passages)).encode()))
-    headers.append((b"server-timing", retrieved.server_timing()))
-    if entry is not None:
-        entry["passages"] = None if passages is None else len(passages)
-        stages = retrieved.stages
-        entry["retrieval_ms"] = {stage: round(seconds * 1000, 3) for stage, seconds in stages.items()}
-        entry["retrieval_cache"] = "hit" if "cache" in stages else "joined" if "joined" in stages else "miss"
-    if not passages:
-        return body, None
-    evidence = render_evidence(passages)
-    return with_evidence(body, evidence), evidence
+@dataclass(slots=True)
+class Prompt:
+    """The request body on its way to the engine, and what the steps learned of it."""
+
+    raw: bytes  # as received, until a step changes the body
+    body: dict[str, Any]
+    changed: bool = False  # a step made a new body: serialize it again
+    pieces: Pieces | None = None  # the prompt as rendered, for the prefix meter, admission and replica choice
+    fallback: str | None = None  # evidence to answer with if the model cannot
 
 
 class GenerationRoute:
-    """POST /v1/{chat/completions,completions,embeddings}: one upstream exchange per request."""
+    """POST /v1/{chat/completions,completions,embeddings}: one upstream call per request."""
 
     __slots__ = ("endpoint", "upstream_path")
 
@@ -104,176 +87,183 @@ class GenerationRoute:
         self.upstream_path = upstream_path  # appended to the replica's base URL (…/v1)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        started = perf_counter()
         gateway: Gateway = scope["state"]["gateway"]
-        route = self.upstream_path
-        metrics = gateway.metrics
-        admitted: Admitted | None = None  # set when admission ran: settled when the answer ends
-        label, pool_name = "none", "none"  # the request's metric labels, once known
-        access_log = gateway.access_log
-        entry: dict[str, Any] | None = None if access_log is None else {"ts": round(time(), 3), "route": route}
-
-        def stage(name: str, since: float) -> float:
-            """Record a stage that began at ``since`` (metric, and the access-log line); return now."""
-            now = perf_counter()
-            metrics.observe_stage(name, now - since)
-            if entry is not None:
-                entry.setdefault("stage_ms", {})[name] = round((now - since) * 1000, 3)
-            return now
-
-        def finished(status: int) -> None:
-            """A request answered here, without an upstream exchange (refused, or from the answer cache)."""
-            seconds = perf_counter() - started
-            metrics.observe_request(route, status, seconds, label, pool_name)
-            if entry is not None:
-                entry.update(status=status, pool=pool_name, duration_ms=round(seconds * 1000, 3))
-                access_log.write(entry)  # type: ignore[union-attr]
-
+        record = RequestRecord(gateway.metrics, gateway.access_log, self.upstream_path)
+        steps = Preparation(gateway, self.endpoint, record)
         try:
-            authorization, length, retrieval_wanted, pool_named = _request_headers(scope)
-            tenant = gateway.tenants[gateway.keys.tenant_for(authorization)]
-            label = metrics.tenant_label(tenant.name)
-            mark = stage("auth", started)
-            if entry is not None:
-                entry["tenant"] = tenant.name
-            raw = await read_body(receive, length, gateway.config.server.max_body_bytes)
-            decoded = decode_json(raw)
-            refused = check_input_limits(self.endpoint, raw, decoded, gateway.input_limits)
-            if refused is not None:
-                raise Refused(refused)
-            view = validate_request(self.endpoint, decoded)
-            if isinstance(view, Rejection):
-                raise Refused(view)
-            mark = stage("request", mark)
-            if entry is not None:
-                entry.update(model=view.model, stream=view.stream)
-            headers: list[tuple[bytes, bytes]] = []
-            fallback: str | None = None  # evidence to answer with if the model cannot
-            answer_key: str | None = None  # set when this answer is to be stored for exact repeats
-            pieces: Pieces | None = None  # the prompt as rendered, for the prefix meter and replica choice
-            salt: str | None = None
-            if self.endpoint != "embeddings":
-                body, changed = view.body, False
-                if self.endpoint == "chat":
-                    rewrite = rewrite_chat(body, tenant.prompt)
-                    body, changed = rewrite.body, rewrite.changed
-                    stage("canonicalize", mark)
-                    if entry is not None:
-                        entry["relocated"] = rewrite.moved
-                    headers = [
-                        (b"x-prefixgate-volatile", str(rewrite.detected).encode()),
-                        (b"x-prefixgate-relocated", str(rewrite.moved).encode()),
-                        (b"x-prefixgate-templated", str(rewrite.templated).encode()),
-                    ]
-                    if tenant.retrieval is not None and gateway.retriever is not None and retrieval_wanted:
-                        body, evidence = await _add_evidence(gateway.retriever, tenant, body, headers, entry)
-                        changed = changed or evidence is not None
-                        if tenant.retrieval.fallback:
-                            fallback = evidence
-                    pieces = chat_pieces(body)
-                    gateway.prefix_meter.observe(tenant.name, pieces, rewrite.moved)
-                else:
-                    pieces = completion_pieces(body)
-                    gateway.prefix_meter.observe(tenant.name, pieces, 0)
-                if gateway.admission.needed(tenant.admission):
-                    mark = perf_counter()
-                    admitted = gateway.admission.prepare(tenant.admission, body, changed, pieces, tenant.name)
-                    body, changed = admitted.body, admitted.changed
-            predicted = admitted.prediction.p90 if admitted is not None and admitted.prediction is not None else None
-            pool, reason = gateway.upstreams.pool_for(view.model, embeddings=self.endpoint == "embeddings",
-                                                      predicted_p90=predicted, named=pool_named)
-            gateway.metrics.pool_chosen(pool.name, reason)
-            hide_usage = view.stream and not view.include_usage and not pool.counts_usage_itself
-            pool_name = pool.name
-            if self.endpoint != "embeddings":
-                caps = pool.caps(tenant.admission.caps.action)
-                if caps is not None:
-                    capped = cap_output(body, caps)
-                    if not isinstance(capped, dict):
-                        raise Refused(capped)
-                    body, changed = capped, changed or capped is not body
-                if admitted is not None:
-                    await gateway.admission.charge(tenant.name, tenant.admission, admitted, body, headers)
-                    stage("admission", mark)
-                if gateway.upstreams.routes_by_length or pool_named is not None:
-                    headers.append((b"x-prefixgate-pool", pool.name.encode()))
-                salt = tenant.salt.upstream_salt(body.get("cache_salt"))
-                if salt is None:
-                    if "cache_salt" in body:  # mode off: the engine is not told a client's salt either
-                        body, changed = {k: v for k, v in body.items() if k != "cache_salt"}, True
-                elif changed or "cache_salt" in body:
-                    body, changed = {**body, "cache_salt": salt}, True
-                else:
-                    raw = _with_field(raw, b"cache_salt", orjson.dumps(salt))
-                if hide_usage:  # count tokens from the engine's usage, not from events (``hide_usage_events``)
-                    if changed or "stream_options" in body:
-                        options = {**(body.get("stream_options") or {}), "include_usage": True}
-                        body, changed = {**body, "stream_options": options}, True
-                    else:
-                        raw = _with_field(raw, b"stream_options", b'{"include_usage":true}')
-                if changed:
-                    raw = orjson.dumps(body)
-                if tenant.answer_ttl is not None and gateway.answers is not None and cacheable(body):
-                    answer_key = answer_key_for(tenant.name, body)
-                    stored = await gateway.answers.get(answer_key)
-                    if stored is not None:
-                        await gateway.admission.release(admitted)  # the engine did no work
-                        await send_stored_answer(send, stored, stream=view.stream, include_usage=view.include_usage,
-                                                 headers=headers)
-                        if entry is not None:
-                            entry["answer_cache"] = "hit"
-                        finished(200)
-                        return
-                    headers.append((b"x-prefixgate-answer-cache", b"miss"))
-                    if entry is not None:
-                        entry["answer_cache"] = "miss"
-            key = None if pieces is None else pool.affinity_key(pieces, view.model, salt)  # salt: as sent
+            call = await steps.run(RequestHeaders.of(scope), receive, send)
         except Refused as refused:
             error = openai_error(refused.refusal)
-            await gateway.admission.release(admitted)
-            if entry is not None:
-                entry.update(error=error.code or error.type, param=error.param)
-            finished(error.status)
+            record.note(error=error.code or error.type, param=error.param)
+            await steps.give_back()
+            record.answered(error.status)
             await error.send(send)
             return
         except ClientGone:
-            await gateway.admission.release(admitted)
-            finished(CLIENT_CLOSED)
+            await steps.give_back()
+            record.answered(CLIENT_CLOSED)
             return
         except Exception:
-            log.exception("unexpected error handling %s", route)
-            await gateway.admission.release(admitted)
-            finished(500)
+            log.exception("unexpected error handling %s", self.upstream_path)
+            await steps.give_back()
+            record.answered(500)
             await openai_error(InternalError()).send(send)
             return
-        call = UpstreamCall(
-            pool=pool, key=key, tenant=tenant.name, path=route, body=raw, stream=view.stream,
-            route=route, metrics=metrics, started=started, headers=headers,
-            model=view.model, fallback=fallback,
-            answers=gateway.answers, answer_key=answer_key, answer_ttl=tenant.answer_ttl or 0.0,
-            admission=gateway.admission if admitted is not None else None, admitted=admitted,
-            log=access_log, entry=entry, hide_usage=hide_usage,
-        )
-        await call(scope, receive, send)
+        if call is not None:  # None: answered from the answer cache
+            await call(scope, receive, send)
 
 
-class FastPath:
-    """Send POSTs on the generation paths straight to their routes; everything else to ``app``. It is
-    the app uvicorn serves, so it also carries the ``connection_guard`` that the server's protocol
-    (``GuardedHttpToolsProtocol``) reports connections to."""
+class Preparation:
+    """One request's way from its headers to an ``UpstreamCall``; each step is one method."""
 
-    __slots__ = ("app", "connection_guard", "routes")
+    __slots__ = ("admitted", "endpoint", "gateway", "headers", "mark", "record")
 
-    def __init__(self, app: ASGIApp, routes: dict[str, GenerationRoute],
-                 connection_guard: ConnectionGuard | None = None) -> None:
-        self.app = app
-        self.routes = routes
-        self.connection_guard = connection_guard
+    def __init__(self, gateway: Gateway, endpoint: Endpoint, record: RequestRecord) -> None:
+        self.gateway = gateway
+        self.endpoint = endpoint
+        self.record = record
+        self.mark = record.started  # when the current stage began
+        self.admitted: Admitted | None = None  # held until the answer ends, or given back
+        self.headers: list[tuple[bytes, bytes]] = []  # prefixgate's own response headers
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            route = self.routes.get(scope["path"])
-            if route is not None:
-                await route(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+    async def run(self, headers: RequestHeaders, receive: Receive, send: Send) -> UpstreamCall | None:
+        tenant = self.authenticate(headers)
+        view, raw = await self.read(headers, receive)
+        if self.endpoint == "embeddings":
+            pool = self.choose_pool(view, headers)
+            return self.call(pool, view, tenant, Prompt(raw, view.body), None, None)
+        prompt = await self.shape_prompt(view, raw, tenant, headers)
+        self.admit(prompt, tenant)
+        pool = self.choose_pool(view, headers)
+        plan = self.plan(view, prompt, tenant, pool, headers)
+        shaped = shape_body(prompt.raw, prompt.body, prompt.changed, plan)
+        if isinstance(shaped, Rejection):
+            raise Refused(shaped)
+        await self.charge(shaped, tenant, pool, announce=plan.announce_pool)
+        answer = self.answer_slot(shaped, tenant)
+        if answer is not None and await self.replay(answer, view, send):
+            return None
+        prompt.raw = shaped.raw
+        return self.call(pool, view, tenant, prompt, plan, answer)
+
+    def authenticate(self, headers: RequestHeaders) -> TenantPolicy:
+        gateway = self.gateway
+        tenant = gateway.tenants[gateway.keys.tenant_for(headers.authorization)]
+        self.record.tenant(tenant.name)
+        self.mark = self.record.stage("auth", self.mark)
+        return tenant
+
+    async def read(self, headers: RequestHeaders, receive: Receive) -> tuple[RequestView, bytes]:
+        """The body within the size cap, decoded once, within the input limits, validated."""
+        raw = await read_body(receive, headers.length, self.gateway.config.server.max_body_bytes)
+        decoded = decode_json(raw)
+        refused = check_input_limits(self.endpoint, raw, decoded, self.gateway.input_limits)
+        if refused is not None:
+            raise Refused(refused)
+        view = validate_request(self.endpoint, decoded)
+        if isinstance(view, Rejection):
+            raise Refused(view)
+        self.mark = self.record.stage("request", self.mark)
+        self.record.note(model=view.model, stream=view.stream)
+        return view, raw
+
+    async def shape_prompt(self, view: RequestView, raw: bytes, tenant: TenantPolicy,
+                           headers: RequestHeaders) -> Prompt:
+        """Chat: the canonical prompt (volatile content moved to the end), then the tenant's passages."""
+        gateway, prompt = self.gateway, Prompt(raw, view.body)
+        if self.endpoint != "chat":
+            prompt.pieces = completion_pieces(prompt.body)
+            gateway.prefix_meter.observe(tenant.name, prompt.pieces, 0)
+            return prompt
+        rewrite = rewrite_chat(prompt.body, tenant.prompt)
+        prompt.body, prompt.changed = rewrite.body, rewrite.changed
+        self.record.stage("canonicalize", self.mark)
+        self.record.note(relocated=rewrite.moved)
+        self.headers = [(b"x-prefixgate-volatile", str(rewrite.detected).encode()),
+                        (b"x-prefixgate-relocated", str(rewrite.moved).encode()),
+                        (b"x-prefixgate-templated", str(rewrite.templated).encode())]
+        settings = tenant.retrieval
+        if settings is not None and headers.retrieval and gateway.retriever is not None:
+            prompt.body, evidence = await add_context(gateway.retriever, tenant.name, settings, prompt.body,
+                                                      self.headers, self.record)
+            prompt.changed = prompt.changed or evidence is not None
+            if settings.fallback:
+                prompt.fallback = evidence
+        prompt.pieces = chat_pieces(prompt.body)
+        gateway.prefix_meter.observe(tenant.name, prompt.pieces, rewrite.moved)
+        return prompt
+
+    def admit(self, prompt: Prompt, tenant: TenantPolicy) -> None:
+        """Input and output caps, the length prediction; the rate limits are charged once the pool's
+        caps are known (``charge``)."""
+        admission = self.gateway.admission
+        if not admission.needed(tenant.admission):
+            return
+        assert prompt.pieces is not None  # chat and completions render their prompt first
+        self.mark = perf_counter()
+        self.admitted = admission.prepare(tenant.admission, prompt.body, prompt.changed, prompt.pieces, tenant.name)
+        prompt.body, prompt.changed = self.admitted.body, self.admitted.changed
+
+    def choose_pool(self, view: RequestView, headers: RequestHeaders) -> Pool:
+        admitted = self.admitted
+        predicted = admitted.prediction.p90 if admitted is not None and admitted.prediction is not None else None
+        pool, reason = self.gateway.upstreams.pool_for(view.model, embeddings=self.endpoint == "embeddings",
+                                                       predicted_p90=predicted, named=headers.pool)
+        self.gateway.metrics.pool_chosen(pool.name, reason)
+        self.record.pool = pool.name
+        return pool
+
+    def plan(self, view: RequestView, prompt: Prompt, tenant: TenantPolicy, pool: Pool,
+             headers: RequestHeaders) -> CallPlan:
+        gateway = self.gateway
+        return plan_call(view, prompt.body, salt=tenant.salt, caps=pool.caps(tenant.admission.caps.action),
+                         engine_usage=not pool.counts_usage_itself,
+                         answers=tenant.answer_ttl is not None and gateway.answers is not None,
+                         announce_pool=gateway.upstreams.routes_by_length or headers.pool is not None)
+
+    async def charge(self, shaped: ShapedBody, tenant: TenantPolicy, pool: Pool, *, announce: bool) -> None:
+        """The tenant's rate limits, for the body as it will be sent (its max_tokens bounds the
+        reservation)."""
+        if self.admitted is not None:
+            await self.gateway.admission.charge(tenant.name, tenant.admission, self.admitted, shaped.body,
+                                                self.headers)
+            self.record.stage("admission", self.mark)
+        if announce:
+            self.headers.append((x_prefixgate.POOL, pool.name.encode()))
+
+    def answer_slot(self, shaped: ShapedBody, tenant: TenantPolicy) -> AnswerToStore | None:
+        """Where this answer is stored for exact repeats: for tenants that store answers, and bodies
+        that qualify (``cacheable``)."""
+        answers = self.gateway.answers
+        if not shaped.answer_cache or answers is None or tenant.answer_ttl is None:
+            return None
+        return AnswerToStore(answers, answer_key(tenant.name, shaped.body), tenant.answer_ttl)
+
+    async def replay(self, answer: AnswerToStore, view: RequestView, send: Send) -> bool:
+        """Answer an exact repeat from the answer cache; False (a miss, said in a header) otherwise."""
+        stored = await answer.store.get(answer.key)
+        if stored is None:
+            self.headers.append((b"x-prefixgate-answer-cache", b"miss"))
+            self.record.note(answer_cache="miss")
+            return False
+        await self.give_back()  # the engine did no work
+        await send_stored_answer(send, stored, stream=view.stream, include_usage=view.include_usage,
+                                 headers=self.headers)
+        self.record.note(answer_cache="hit")
+        self.record.answered(200)
+        return True
+
+    def call(self, pool: Pool, view: RequestView, tenant: TenantPolicy, prompt: Prompt, plan: CallPlan | None,
+             answer: AnswerToStore | None) -> UpstreamCall:
+        salt = plan.salt if plan is not None else None  # as sent: part of the prefix the engine caches
+        key = None if prompt.pieces is None else pool.affinity_key(prompt.pieces, view.model, salt)
+        out = Outgoing(self.record.route, prompt.raw, view.stream, view.model, key, self.headers, prompt.fallback,
+                       hide_usage=plan is not None and plan.ask_usage)
+        hold = AdmissionHold(self.gateway.admission, self.admitted) if self.admitted is not None else None
+        self.admitted = None  # the call settles it from here
+        return UpstreamCall(pool, out, tenant=tenant.name, record=self.record, hold=hold, answer=answer)
+
+    async def give_back(self) -> None:
+        """A refused (or cache-answered) request: its admitted tokens go back; it still counts as a request."""
+        await self.gateway.admission.release(self.admitted)
+        self.admitted = None

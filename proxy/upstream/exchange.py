@@ -1,31 +1,31 @@
-"""One upstream exchange, relayed to the client as it arrives.
+"""One request's HTTP exchange with a pool's replicas, relayed to the client as it arrives.
 
-proxy/upstream/call.py's UpstreamCall chooses the replica; this sends the request there and relays
-the answer. Streamed chunks go out as the upstream sent them (no re-framing, no
-re-serializing); a stream that breaks after its first byte ends with an SSE error event, since
-the status line is already gone; a client that leaves closes the upstream connection at once.
+``UpstreamCall`` takes a slot and a replica, then hands the exchange over to an ``Exchange``: it
+POSTs the body (a refused connection or a 502/503 goes once more to another replica, since the
+client has seen nothing yet) and relays the answer. Streamed chunks go out as the upstream sent
+them (no re-framing, no re-serializing); a stream that breaks after its first byte ends with an SSE
+error event, since the status line is already gone; a client that leaves closes the upstream
+connection at once. What it learns (status, usage, stream time) goes into the call's ``Outcome``.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any
 
 import orjson
 from starlette.types import Send
 
 from policies.answer_cache import completion_from_stream
-from policies.refusals import UpstreamFailed
+from policies.refusals import UpstreamFailed, UpstreamFailure
 from policies.retry import retry_within_budget, retryable
 from policies.usage import hide_usage_events, stream_events, streamed_completion_tokens, usage_in
-from proxy.admission.request_admission import Admission, Admitted
-from proxy.caches.answers import AnswerStore, storable
+from proxy.caches.answers import AnswerToStore
 from proxy.http.disconnect import DisconnectWatch
-from proxy.http.errors import OpenAIError, openai_error, sse_error_event
+from proxy.http.errors import openai_error, sse_error_event
 from proxy.http.sse_keepalive import KeepAlive
-from proxy.observability.access_log import AccessLog
-from proxy.observability.metrics import Metrics
+from proxy.observability.request_record import RequestRecord
 from proxy.retrieval.fallback import send_passages_answer
 from proxy.transports.base import Reply, UpstreamBroken, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from proxy.upstream.pool import Pool
@@ -41,77 +41,55 @@ SSE_HEADERS = [
 ]
 
 
-def _failure(error: UpstreamError, pool: Pool) -> OpenAIError:
+@dataclass(slots=True)
+class Outgoing:
+    """The request as it goes upstream, decided by the route."""
+
+    path: str  # appended to the replica's base URL (…/v1)
+    body: bytes
+    stream: bool
+    model: str
+    key: int | None  # the prompt's affinity key, for the replica choice
+    headers: list[tuple[bytes, bytes]]  # prefixgate's own response headers, added to the upstream's
+    fallback: str | None = None  # retrieved evidence to answer with if the model cannot
+    hide_usage: bool = False  # the gateway asked for the stream's usage event; the client did not
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What the client was answered: filled in as the call goes."""
+
+    status: int = CLIENT_CLOSED
+    usage: tuple[int | None, int | None] = (None, None)  # (prompt, completion) tokens, where known
+    streamed: float | None = None  # seconds from a stream's first chunk to its last
+    replica: Replica | None = field(default=None)  # the replica that holds the request (after any retry)
+
+
+def _failure_kind(error: UpstreamError) -> UpstreamFailure:
     if isinstance(error, UpstreamTimeout):
-        return openai_error(UpstreamFailed(pool.name, "timeout"))
-    if isinstance(error, UpstreamUnreachable):
-        return openai_error(UpstreamFailed(pool.name, "unreachable"))
-    return openai_error(UpstreamFailed(pool.name, "broken"))
+        return "timeout"
+    return "unreachable" if isinstance(error, UpstreamUnreachable) else "broken"
 
 
 class Exchange:
-    """One request's exchange with a replica: the state of the call, the retry and the relay.
-    proxy/upstream/call.py's UpstreamCall adds where it goes (slot, replica, overflow) around it."""
+    __slots__ = ("answer", "keepalive", "out", "outcome", "pool", "record", "replica")
 
-    __slots__ = ("admission", "admitted", "answer_key", "answer_ttl", "answers", "body", "entry", "fallback", "gate",
-                 "headers", "hide_usage", "holds_slot", "keepalive", "key", "log", "metrics", "model", "path", "pool",
-                 "replica", "route", "started", "status", "stream", "streamed", "taken_at", "tenant", "url", "usage")
-
-    def __init__(
-        self, *, pool: Pool, key: int | None, tenant: str, path: str, body: bytes, stream: bool,
-        route: str, metrics: Metrics, started: float, headers: list[tuple[bytes, bytes]] | None = None,
-        model: str = "", fallback: str | None = None,
-        answers: AnswerStore | None = None, answer_key: str | None = None, answer_ttl: float = 0.0,
-        admission: Admission | None = None, admitted: Admitted | None = None,
-        log: AccessLog | None = None, entry: dict[str, Any] | None = None, hide_usage: bool = False,
-    ) -> None:
+    def __init__(self, pool: Pool, replica: Replica, out: Outgoing, outcome: Outcome, record: RequestRecord,
+                 keepalive: KeepAlive | None, answer: AnswerToStore | None) -> None:
         self.pool = pool
-        self.key = key  # the prompt's affinity key, for the replica choice
-        self.tenant = tenant  # for the queue's fairness
-        self.replica: Replica | None = None  # chosen once a slot is held
-        self.path = path
-        self.url = ""
-        self.body = body
-        self.stream = stream
-        self.route = route
-        self.metrics = metrics
-        self.started = started
-        self.headers = headers or []  # prefixgate's own response headers, added to the upstream's
-        self.model = model
-        self.fallback = fallback  # retrieved evidence to answer with if the model cannot
-        self.answers = answers  # with answer_key: store this answer for exact repeats
-        self.answer_key = answer_key
-        self.answer_ttl = answer_ttl
-        self.status = CLIENT_CLOSED
-        self.admission = admission  # with admitted: told the usage when the answer ends
-        self.admitted = admitted
-        self.usage: tuple[int | None, int | None] = (None, None)  # (prompt, completion) tokens, where known
-        self.hide_usage = hide_usage  # the gateway asked for the stream's usage event; the client did not
-        self.taken_at: float | None = None  # when the first replica took it (perf_counter)
-        self.streamed: float | None = None  # seconds from a stream's first chunk to its last
-        self.gate = pool.gate  # when set, a slot of it is held (holds_slot) until the exchange ends
-        self.holds_slot = False
-        self.keepalive: KeepAlive | None = None  # ticks while a stream waits for its first chunk
-        self.log = log  # with entry: the access log, and this request's line so far
-        self.entry = entry
-
-    def _count_error(self, kind: str) -> None:
-        replica = self.replica.base_url if self.replica is not None else "none"
-        self.metrics.upstream_error(self.pool.name, replica, kind)
-
-    def _take(self, replica: Replica) -> None:
-        if self.taken_at is None:
-            self.taken_at = perf_counter()
-        replica.take()
-        self.replica = replica
-        self.url = replica.base_url + self.path
+        self.replica = replica  # the one that holds the request: the first one taken, or a retry's
+        self.out = out
+        self.outcome = outcome
+        self.record = record
+        self.keepalive = keepalive  # ticks while a stream waits for its first chunk
+        self.answer = answer  # where to store this answer for exact repeats
 
     @property
-    def _committed(self) -> bool:
+    def committed(self) -> bool:
         """A keep-alive has sent the status line: what follows can only be SSE events."""
         return self.keepalive is not None and self.keepalive.started
 
-    async def _exchange(self, send: Send, watch: DisconnectWatch) -> None:
+    async def run(self, send: Send, watch: DisconnectWatch) -> None:
         timeouts = self.pool.timeouts
         reply: Reply | None = None
         complete = False  # body read to its end: the connection may go back to the pool
@@ -120,7 +98,7 @@ class Exchange:
         try:
             async with asyncio.timeout_at(now + min(timeouts.first_byte, timeouts.total)) as deadline:
                 reply = await self._post()
-                streaming = self.stream and reply.status == 200
+                streaming = self.out.stream and reply.status == 200
                 first = await reply.next_chunk() if streaming else b""
                 waiting = False
                 if self.keepalive is not None:
@@ -128,64 +106,69 @@ class Exchange:
                 deadline.reschedule(now + timeouts.total)
                 if streaming:
                     await self._relay_stream(send, watch, reply, first)
-                elif self._committed:
+                elif self.committed:
                     await self._relay_error_event(send, watch, reply)
                 else:
                     await self._relay_whole(send, watch, reply)
                 complete = True
         except (UpstreamError, TimeoutError) as exc:
-            if isinstance(exc, UpstreamError):
-                error = exc
-            else:
-                error = UpstreamTimeout("no first byte in time" if waiting else "total timeout")
-            self._count_error(error.kind)
-            # Slow is load, not ill health (active checks catch a hung replica); _post counted refusals.
-            if error.kind not in ("timeout", "connect") and self.replica is not None:
-                self.replica.failed()
-            watch.finished = True
-            if self.keepalive is not None:
-                await self.keepalive.stop()
-            fresh = self.status == CLIENT_CLOSED and not self._committed  # nothing sent yet
-            if fresh and self.fallback is not None and error.kind in ("timeout", "connect"):
-                self.status = 200
-                await send_passages_answer(send, model=self.model, evidence=self.fallback, stream=self.stream,
-                                           reason="upstream_" + error.kind)
-            elif fresh:  # a proper status code
-                failure = _failure(error, self.pool)
-                self.status = failure.status
-                await failure.send(send)
-            else:
-                if self.status == CLIENT_CLOSED:  # only keep-alives went out
-                    self.status = _failure(error, self.pool).status
-                event = sse_error_event(
-                    f"Upstream stream ended early ({error.kind}).", "upstream_error", "upstream_" + error.kind
-                )
-                await send({"type": "http.response.body", "body": event, "more_body": False})
+            error = exc if isinstance(exc, UpstreamError) else UpstreamTimeout(
+                "no first byte in time" if waiting else "total timeout")
+            await self._failed(send, watch, error)
         finally:
             if reply is not None:
                 await reply.close(abort=not complete)
 
+    async def _failed(self, send: Send, watch: DisconnectWatch, error: UpstreamError) -> None:
+        """The exchange failed: the passages answer, a proper error status, or (after the first byte)
+        an SSE error event."""
+        self._count_error(error.kind)
+        # Slow is load, not ill health (active checks catch a hung replica); _post counted refusals.
+        if error.kind not in ("timeout", "connect"):
+            self.replica.failed()
+        watch.finished = True
+        if self.keepalive is not None:
+            await self.keepalive.stop()
+        outcome = self.outcome
+        failure = openai_error(UpstreamFailed(self.pool.name, _failure_kind(error)))
+        fresh = outcome.status == CLIENT_CLOSED and not self.committed  # nothing sent yet
+        if fresh and self.out.fallback is not None and error.kind in ("timeout", "connect"):
+            outcome.status = 200
+            await send_passages_answer(send, model=self.out.model, evidence=self.out.fallback,
+                                       stream=self.out.stream, reason="upstream_" + error.kind)
+        elif fresh:  # a proper status code
+            outcome.status = failure.status
+            await failure.send(send)
+        else:
+            if outcome.status == CLIENT_CLOSED:  # only keep-alives went out
+                outcome.status = failure.status
+            event = sse_error_event(f"Upstream stream ended early ({error.kind}).", "upstream_error",
+                                    "upstream_" + error.kind)
+            await send({"type": "http.response.body", "body": event, "more_body": False})
+
+    def _count_error(self, kind: str) -> None:
+        self.record.metrics.upstream_error(self.pool.name, self.replica.base_url, kind)
+
     async def _post(self) -> Reply:
         """Send the request; a refused connection or a 502/503 goes once more to another replica
-        (see policies/retry.py), since the client has seen nothing yet."""
+        (``retryable``), since the client has seen nothing yet."""
         pool = self.pool
         attempt = 0
         try:
             while True:
                 replica = self.replica
-                assert replica is not None
                 try:
-                    reply = await replica.transport.post(self.url, self.body)
+                    reply = await replica.transport.post(replica.base_url + self.out.path, self.out.body)
                 except UpstreamUnreachable:
                     replica.failed()
-                    if not self._retry_elsewhere(attempt, connect_failed=True, status=0):
+                    if not self._retry_elsewhere(replica, attempt, connect_failed=True, status=0):
                         raise
                 else:
                     if reply.status < 500:
                         replica.succeeded()
                         return reply
                     replica.failed()
-                    if not self._retry_elsewhere(attempt, connect_failed=False, status=reply.status):
+                    if not self._retry_elsewhere(replica, attempt, connect_failed=False, status=reply.status):
                         return reply
                     await reply.close(abort=True)
                 if attempt == 0:
@@ -195,47 +178,46 @@ class Exchange:
             if attempt:
                 pool.retry_ended()
 
-    def _retry_elsewhere(self, attempt: int, *, connect_failed: bool, status: int) -> bool:
+    def _retry_elsewhere(self, replica: Replica, attempt: int, *, connect_failed: bool, status: int) -> bool:
         """Move this request to another replica if the failure, the budget and the pool allow it."""
         pool = self.pool
         if not retryable(connect_failed=connect_failed, status=status, attempt=attempt, attempts=pool.retries):
             return False
         if attempt == 0 and not retry_within_budget(pool.retrying, pool.in_flight(), pool.retry_budget,
-                                              MIN_RETRY_CONCURRENCY):
+                                                    MIN_RETRY_CONCURRENCY):
             return False
-        assert self.replica is not None
-        other = pool.alternate(self.replica)
+        other = pool.alternate(replica)
         if other is None:
             return False
-        self.replica.release()
-        self._take(other)
-        self.metrics.upstream_retry(pool.name)
+        replica.release()
+        other.take()
+        self.replica = self.outcome.replica = other
+        self.record.metrics.upstream_retry(pool.name)
         return True
 
     async def _store(self, completion: dict | None) -> None:
-        if completion is not None and storable(completion):
-            assert self.answers is not None and self.answer_key is not None
-            await self.answers.put(self.answer_key, completion, self.answer_ttl)
+        if self.answer is not None:
+            await self.answer.put(completion)
 
     async def _relay_whole(self, send: Send, watch: DisconnectWatch, reply: Reply) -> None:
         body = await reply.read()
         if reply.status == 200:
-            self.usage = usage_in(body)
-        if self.answer_key is not None and reply.status == 200:
-            try:
-                await self._store(orjson.loads(body))
-            except orjson.JSONDecodeError:
-                pass
+            self.outcome.usage = usage_in(body)
+            if self.answer is not None:
+                try:
+                    await self._store(orjson.loads(body))
+                except orjson.JSONDecodeError:
+                    pass
         if reply.status >= 500:
             self._count_error("status_5xx")
-        self.status = reply.status
+        self.outcome.status = reply.status
         await send({
             "type": "http.response.start",
             "status": reply.status,
             "headers": [
                 (b"content-type", reply.content_type.encode("latin-1")),
                 (b"content-length", str(len(body)).encode()),
-                *self.headers,
+                *self.out.headers,
             ],
         })
         watch.finished = True
@@ -244,7 +226,7 @@ class Exchange:
     async def _relay_error_event(self, send: Send, watch: DisconnectWatch, reply: Reply) -> None:
         """The engine refused a stream after keep-alives went out with a 200: its error as the last event."""
         body = await reply.read()
-        self.status = reply.status
+        self.outcome.status = reply.status
         if reply.status >= 500:
             self._count_error("status_5xx")
         try:
@@ -260,37 +242,37 @@ class Exchange:
         await send({"type": "http.response.body", "body": event, "more_body": False})
 
     async def _relay_stream(self, send: Send, watch: DisconnectWatch, reply: Reply, first: bytes) -> None:
-        self.status = 200
-        if not self._committed:
-            headers = [*SSE_HEADERS, *self.headers] if self.headers else SSE_HEADERS
+        self.outcome.status = 200
+        if not self.committed:
+            headers = [*SSE_HEADERS, *self.out.headers] if self.out.headers else SSE_HEADERS
             await send({"type": "http.response.start", "status": 200, "headers": headers})
         first_at = perf_counter()
         if first:
-            self.metrics.observe_ttft(self.route, first_at - self.started)
+            self.record.metrics.observe_ttft(self.record.route, first_at - self.record.started)
         chunk = first
         tail = b""
-        kept: list[bytes] | None = [] if self.answer_key is not None else None  # for the answer store
+        kept: list[bytes] | None = [] if self.answer is not None else None  # for the answer store
         events = 0
         held = b""  # the start of an event not yet whole, while hiding the usage event
+        hide_usage = self.out.hide_usage
         while chunk:
             tail = tail[-480:] + chunk[-512:]
             events += stream_events(chunk)
             if kept is not None:
                 kept.append(chunk)
-            if self.hide_usage:
+            if hide_usage:
                 chunk, held = hide_usage_events(held + chunk if held else chunk)
             if chunk:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             chunk = await reply.next_chunk()
         if held:
             await send({"type": "http.response.body", "body": held, "more_body": True})
-        self.streamed = perf_counter() - first_at
+        self.outcome.streamed = perf_counter() - first_at
         prompt, completion = usage_in(tail)  # present when the client asked for include_usage
-        self.usage = (prompt, completion if completion is not None else streamed_completion_tokens(events))
+        self.outcome.usage = (prompt, completion if completion is not None else streamed_completion_tokens(events))
         if _DONE not in tail:
             raise UpstreamBroken("stream closed without [DONE]")
         if kept is not None:
             await self._store(completion_from_stream(b"".join(kept)))
         watch.finished = True
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-
