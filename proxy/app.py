@@ -13,7 +13,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from policies.refusals import Refused
 from proxy.clock import SYSTEM_CLOCK, Clock
-from proxy.config.gateway import Config, config_from_dump
+from proxy.config.gateway import Config
+from proxy.config.load import config_from_dump
 from proxy.connections.guard import ConnectionGuard, file_limit
 from proxy.gateway import Gateway
 from proxy.http import service_routes as routes

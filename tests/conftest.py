@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from proxy.app import create_app
-from proxy.config.gateway import Config, build_config
+from proxy.config.gateway import Config
+from proxy.config.load import build_config
 from proxy.connections.protocol import GuardedHttpToolsProtocol
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.redis_server import RedisServer

@@ -24,7 +24,7 @@ from policies.types import Rejection
 from policies.validate import validate_request
 from policies.volatile import find_volatile
 from proxy.auth.tenants import tenant_policies
-from proxy.config.gateway import ConfigError, load_config
+from proxy.config.load import ConfigError, load_config
 
 Encode = Callable[[str], list[int]]
 

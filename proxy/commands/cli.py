@@ -22,8 +22,9 @@ from proxy.app import ENV_RESOLVED_CONFIG, create_app
 from proxy.auth.salt_secret import SecretFileError, deployment_secret
 from proxy.commands.analyze import add_parser as add_analyze_parser
 from proxy.commands.ingest import add_parser as add_ingest_parser
-from proxy.config import gateway as config_module
-from proxy.config.gateway import Config, ConfigError, dump_config, load_config, with_engine_pool
+from proxy.config import load as config_module
+from proxy.config.gateway import Config
+from proxy.config.load import ConfigError, dump_config, load_config, with_engine_pool
 from proxy.config.reference import add_reference_parser
 from proxy.connections.guard import raise_file_limit
 from proxy.connections.protocol import GuardedHttpToolsProtocol

@@ -178,7 +178,7 @@ def run(args: Any) -> int:
     import asyncio
     import sys
 
-    from proxy.config.gateway import ConfigError, load_config
+    from proxy.config.load import ConfigError, load_config
 
     try:
         config = load_config(args.config)

@@ -1,19 +1,14 @@
-"""The one frozen configuration object, loaded once at start-up from YAML and the environment.
+"""The one frozen configuration object (``Config``) and its sections, each validated on load.
 
-The environment is read here and nowhere else. Every validation error names the file, the
-field path and what is wrong, so a bad deploy fails at start with a line a human can act on.
+``load_config`` and ``build_config`` make it from YAML and the environment.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import orjson
-import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from proxy.auth.keys import OPEN_TENANT
 from proxy.config.auth import AuthConfig
@@ -23,17 +18,6 @@ from proxy.config.prompt import PromptConfig, span_kinds
 from proxy.config.redis import RedisConfig
 from proxy.config.retrieval import AnswerCacheConfig, RetrievalConfig, TenantRetrieval
 from proxy.config.server import AccessLogConfig, EngineConfig, MetricsConfig, ServerConfig
-
-ENV_CONFIG = "PREFIXGATE_CONFIG"
-ENV_UPSTREAM = "PREFIXGATE_UPSTREAM"
-ENV_PORT = "PREFIXGATE_PORT"
-ENV_HOST = "PREFIXGATE_HOST"
-ENV_DATA_DIR = "PREFIXGATE_DATA_DIR"
-ENV_CACHE_SALT_SECRET = "PREFIXGATE_CACHE_SALT_SECRET"
-
-
-class ConfigError(Exception):
-    """A configuration problem, worded for the operator who has to fix it."""
 
 
 class LimitsConfig(_Frozen):
@@ -171,140 +155,3 @@ class Config(_Frozen):
     @property
     def wants_engine(self) -> bool:
         return self.engine.enabled if self.engine.enabled is not None else not self.pools
-
-
-def _field_path(location: tuple[Any, ...]) -> str:
-    path = ""
-    for part in location:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-    return path or "(top level)"
-
-
-def _format_errors(source: str, error: ValidationError) -> str:
-    lines = [f"{source}: invalid configuration"]
-    for item in error.errors():
-        lines.append(f"  {_field_path(item['loc'])}: {item['msg']}")
-    return "\n".join(lines)
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
-    return data
-
-
-def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
-    """Environment beats the file for the sidecar knobs, so one image serves many deployments."""
-    data = dict(data)
-    upstream = env.get(ENV_UPSTREAM, "").strip()
-    if upstream:
-        replicas = [url.strip() for url in upstream.split(",") if url.strip()]
-        data["pools"] = [{"name": "default", "replicas": replicas}]
-    server = dict(data.get("server") or {})
-    if env.get(ENV_PORT):
-        server["port"] = env[ENV_PORT]
-    if env.get(ENV_HOST):
-        server["host"] = env[ENV_HOST]
-    if server:
-        data["server"] = server
-    if env.get(ENV_DATA_DIR):
-        data["data_dir"] = env[ENV_DATA_DIR]
-    return data
-
-
-def _resolve_keys(config: Config, source: str, env: Mapping[str, str]) -> dict[str, str]:
-    keys: dict[str, str] = {}
-    for index, entry in enumerate(config.auth.keys):
-        secret = entry.key
-        if entry.key_env is not None:
-            secret = env.get(entry.key_env)
-            if not secret:
-                raise ConfigError(
-                    f"{source}: auth.keys[{index}].key_env: environment variable {entry.key_env} is not set"
-                )
-        assert secret is not None
-        if secret in keys:
-            raise ConfigError(f"{source}: auth.keys[{index}]: the same key is given to two tenants")
-        keys[secret] = entry.tenant
-    return keys
-
-
-def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = None,
-                overrides: Mapping[str, Any] | None = None) -> Config:
-    """Build the Config from an optional YAML file, the environment and CLI overrides (in that order)."""
-    env = os.environ if env is None else env
-    if path is None and env.get(ENV_CONFIG):
-        path = env[ENV_CONFIG]
-    data = _read_yaml(Path(path)) if path is not None else {}
-    return build_config(data, env=env, source=str(path) if path is not None else "environment", overrides=overrides)
-
-
-def build_config(data: Mapping[str, Any], *, env: Mapping[str, str], source: str = "config",
-                 overrides: Mapping[str, Any] | None = None) -> Config:
-    """Validate already-parsed settings; ``source`` names where they came from in error messages."""
-    merged = _apply_env(dict(data), env)
-    if overrides:
-        server = dict(merged.get("server") or {})
-        server.update({k: v for k, v in overrides.items() if v is not None})
-        merged["server"] = server
-    try:
-        config = Config.model_validate(merged)
-    except ValidationError as exc:
-        raise ConfigError(_format_errors(source, exc)) from None
-    keys = _resolve_keys(config, source, env)
-    admin_key = config.auth.admin_key
-    if config.auth.admin_key_env is not None:
-        admin_key = env.get(config.auth.admin_key_env)
-        if not admin_key:
-            raise ConfigError(f"{source}: auth.admin_key_env: environment variable {config.auth.admin_key_env} "
-                              "is not set")
-    if admin_key is not None and admin_key in keys:
-        raise ConfigError(f"{source}: auth.admin_key: a tenant's key cannot be the admin key")
-    salt_secret = _resolve_salt_secret(config, source, env)
-    return config.model_copy(update={"resolved_keys": keys, "resolved_admin_key": admin_key,
-                                     "resolved_salt_secret": salt_secret})
-
-
-def _resolve_salt_secret(config: Config, source: str, env: Mapping[str, str]) -> str | None:
-    """The configured cache-salt secret, the environment's first; None: one generated into data_dir is used."""
-    secret = env.get(ENV_CACHE_SALT_SECRET)
-    if not secret:
-        return config.auth.cache_salt_secret  # its length is checked by its field
-    if len(secret) < 16:
-        raise ConfigError(f"{source}: environment variable {ENV_CACHE_SALT_SECRET}: the cache-salt secret must be "
-                          "at least 16 characters")
-    return secret
-
-
-def with_engine_pool(config: Config, base_url: str, model: str) -> Config:
-    """The config the app runs with once the embedded engine is up: one pool pointing at it."""
-    pool = PoolConfig(name="local", replicas=[base_url], models=[model])
-    return config.model_copy(update={"pools": [pool]})
-
-
-def dump_config(config: Config) -> str:
-    """Serialize for worker processes (uvicorn --workers re-imports the app in each)."""
-    payload = config.model_dump(mode="json")
-    payload["resolved_keys"] = config.resolved_keys
-    payload["resolved_admin_key"] = config.resolved_admin_key
-    payload["resolved_salt_secret"] = config.resolved_salt_secret
-    return orjson.dumps(payload).decode()
-
-
-def config_from_dump(text: str) -> Config:
-    payload = orjson.loads(text)
-    keys = payload.pop("resolved_keys", {})
-    admin_key = payload.pop("resolved_admin_key", None)
-    salt_secret = payload.pop("resolved_salt_secret", None)
-    return Config.model_validate(payload).model_copy(update={"resolved_keys": keys, "resolved_admin_key": admin_key,
-                                                             "resolved_salt_secret": salt_secret})

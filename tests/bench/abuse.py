@@ -167,7 +167,7 @@ def serve_plain(config_path: str) -> None:
 
     from proxy.app import ENV_RESOLVED_CONFIG
     from proxy.commands.cli import settle_garbage_collector
-    from proxy.config.gateway import dump_config, load_config
+    from proxy.config.load import dump_config, load_config
 
     os.environ[ENV_RESOLVED_CONFIG] = dump_config(load_config(config_path))
     server = yaml.safe_load(Path(config_path).read_text())["server"]
@@ -302,7 +302,7 @@ def main() -> None:
         print(json.dumps(uvloop.run(attack(args.port, args.attack, args.size, args.hold))), flush=True)
         return
 
-    from proxy.config.gateway import build_config
+    from proxy.config.load import build_config
 
     files = raise_file_limit()
     sizes = [files - ATTACKER_FILES if size == "limit" else int(size) for size in args.floods.split(",")]

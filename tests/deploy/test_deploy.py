@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import yaml
 
-from proxy.config import gateway as config_module
-from proxy.config.gateway import load_config
+from proxy.config import load as config_module
+from proxy.config.load import load_config
 from tests.conftest import FakeServer, pool
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

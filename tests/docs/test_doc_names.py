@@ -33,7 +33,7 @@ import httpx
 from pydantic import BaseModel
 
 from proxy.commands.cli import build_parser
-from proxy.config import gateway as config_module
+from proxy.config import load as config_module
 from proxy.config.gateway import Config
 from proxy.config.pools import PoolConfig
 from tests.conftest import FakeServer, pool

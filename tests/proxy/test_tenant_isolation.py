@@ -18,7 +18,7 @@ from qdrant_client import AsyncQdrantClient
 
 from policies.cache_salt import salt_policy, tenant_salt
 from policies.evidence import FOOTER, HEADER
-from proxy.config.gateway import ConfigError
+from proxy.config.load import ConfigError
 from proxy.retrieval.retriever import StoreOpener
 from proxy.retrieval.vector_store import VectorStore
 from tests.conftest import FakeServer, make_config, pool

@@ -13,7 +13,7 @@ from typing import Any
 from starlette.testclient import TestClient
 
 from proxy.app import create_app
-from proxy.config.gateway import build_config
+from proxy.config.load import build_config
 from tests.support.clock import FakeClock
 from tests.support.mock_transport import MockUpstreams
 

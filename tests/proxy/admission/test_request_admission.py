@@ -295,7 +295,7 @@ def test_a_configured_tokenizer_counts_the_prompt(fake: FakeServer, start_proxy:
 
 
 def test_a_missing_tokenizer_file_is_a_config_error(tmp_path: Path) -> None:
-    from proxy.config.gateway import ConfigError
+    from proxy.config.load import ConfigError
     from tests.conftest import make_config
 
     with pytest.raises(ConfigError, match=r"tokenizer: .*no tokenizer file"):

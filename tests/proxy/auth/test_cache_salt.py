@@ -14,7 +14,7 @@ import pytest
 
 from policies.cache_salt import SHARED_PREFIX, salt_policy, tenant_salt
 from proxy.auth.salt_secret import SECRET_FILE, SecretFileError, deployment_secret
-from proxy.config.gateway import ConfigError, config_from_dump, dump_config
+from proxy.config.load import ConfigError, config_from_dump, dump_config
 from tests.conftest import FakeServer, make_config, pool
 
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from proxy.commands.cli import main
-from proxy.config.gateway import (
+from proxy.config.load import (
     ENV_CACHE_SALT_SECRET,
     ENV_CONFIG,
     ENV_DATA_DIR,

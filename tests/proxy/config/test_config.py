@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config.gateway import ConfigError, build_config, config_from_dump, dump_config, load_config
+from proxy.config.load import ConfigError, build_config, config_from_dump, dump_config, load_config
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.config.gateway import ConfigError, load_config
+from proxy.config.load import ConfigError, load_config
 from proxy.engine.process import free_port
 from tests.conftest import FakeServer, pool
 from tests.support.fake_upstream import FakeUpstream

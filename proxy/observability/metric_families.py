@@ -1,0 +1,197 @@
+"""The metric families of a gateway's registry, declared in groups; ``Metrics`` observes into them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+PREFIX_TOKEN_BUCKETS = (0, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+OUTPUT_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+RATIO_BUCKETS = (0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1)
+TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1)
+TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10, 30, 60)
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficFamilies:
+    """Requests and answers: counts, durations, stages, tokens, time to first token, upstream failures."""
+
+    requests: Counter
+    tokens: Counter
+    tpot: Histogram
+    stage: Histogram
+    duration: Histogram
+    ttft: Histogram
+    upstream_errors: Counter
+    upstream_retries: Counter
+
+    @classmethod
+    def register(cls, registry: CollectorRegistry) -> TrafficFamilies:
+        return cls(
+            requests=Counter(
+                "prefixgate_requests", "Requests answered, by route, tenant, pool (none: refused before one "
+                "was chosen) and HTTP status (499: the client left).",
+                ["route", "tenant", "pool", "status"], registry=registry,
+            ),
+            tokens=Counter(
+                "prefixgate_tokens", "Tokens of answered requests by tenant, pool and kind (prompt, completion), "
+                "from the engine's usage (asked for on every stream); events are counted where an upstream sends none.",
+                ["tenant", "pool", "kind"], registry=registry,
+            ),
+            tpot=Histogram(
+                "prefixgate_time_per_output_token_seconds",
+                "Streamed answers: time from the first chunk to the last over completion tokens after the first.",
+                ["pool"], buckets=TPOT_BUCKETS, registry=registry,
+            ),
+            stage=Histogram(
+                "prefixgate_stage_seconds", "Time per request stage: auth (API key to tenant), request (body read, "
+                "validation), canonicalize (prompt rewrite), admission (limits), upstream (replica taken to last "
+                "byte); "
+                "retrieval's embed, search and select; the queue is prefixgate_queue_wait_seconds.",
+                ["stage"], buckets=LATENCY_BUCKETS, registry=registry,
+            ),
+            duration=Histogram(
+                "prefixgate_request_duration_seconds",
+                "Time from request arrival to the last byte sent, by route and status.",
+                ["route", "status"], buckets=LATENCY_BUCKETS, registry=registry,
+            ),
+            ttft=Histogram(
+                "prefixgate_time_to_first_token_seconds",
+                "Time from request arrival to the first streamed chunk relayed to the client.",
+                ["route"], buckets=TTFT_BUCKETS, registry=registry,
+            ),
+            upstream_errors=Counter(
+                "prefixgate_upstream_errors", "Failed upstream exchanges, by pool, replica and kind (connect, "
+                "timeout, broken, status_5xx, ...).",
+                ["pool", "replica", "kind"], registry=registry,
+            ),
+            upstream_retries=Counter(
+                "prefixgate_upstream_retries", "Requests tried again on another replica, by pool.",
+                ["pool"], registry=registry,
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingFamilies:
+    """Where requests went and what held them back: pool and replica choices, queues, shedding, rate
+    limits, length predictions."""
+
+    shed: Counter
+    queue_wait: Histogram
+    pool_choices: Counter
+    replica_choices: Counter
+    rate_limited: Counter
+    limiter_unavailable: Counter
+    clamped: Counter
+    output_tokens: Histogram
+    predictions: Counter
+
+    @classmethod
+    def register(cls, registry: CollectorRegistry) -> RoutingFamilies:
+        return cls(
+            shed=Counter(
+                "prefixgate_shed", "Requests a pool turned away before any engine work, by pool and reason "
+                "(queue_full, queue_share_exceeded, queue_timeout, no_healthy_upstream).",
+                ["pool", "reason"], registry=registry,
+            ),
+            queue_wait=Histogram(
+                "prefixgate_queue_wait_seconds", "Time requests to a pool with max_in_flight waited for a slot.",
+                ["pool"], buckets=LATENCY_BUCKETS, registry=registry,
+            ),
+            pool_choices=Counter(
+                "prefixgate_pool_choices", "Requests by the pool that took them and why: model (the first pool "
+                "serving the model), length (predicted output length), named (x-prefixgate-pool), overflow (the "
+                "chosen pool shed it); the first three are counted before admission.",
+                ["pool", "reason"], registry=registry,
+            ),
+            replica_choices=Counter(
+                "prefixgate_replica_choices", "Requests by the replica chosen and why: home (the prompt prefix's "
+                "own replica), warm (another replica that served the prefix lately: less loaded than the home, or "
+                "the home was over the load bound or ejected), spilled (the home was over the bound or ejected and "
+                "this replica had not served the prefix: a cold prefill), least_loaded (no prefix "
+                "key), single (the pool's only replica); retries are prefixgate_upstream_retries.",
+                ["pool", "replica", "reason"], registry=registry,
+            ),
+            rate_limited=Counter(
+                "prefixgate_rate_limited", "Requests refused by a tenant rate limit, by tenant and limit "
+                "(requests, tokens, too_large: the request alone exceeds the token limit).",
+                ["tenant", "limit"], registry=registry,
+            ),
+            limiter_unavailable=Counter(
+                "prefixgate_limiter_unavailable", "Requests whose rate limits Redis could not check, by what was done "
+                "(local: limited by this process alone; refused: answered 503, redis.limits_when_down).",
+                ["action"], registry=registry,
+            ),
+            clamped=Counter(
+                "prefixgate_admission_adjusted", "Requests whose max_tokens admission set or clamped, by tenant.",
+                ["tenant"], registry=registry,
+            ),
+            output_tokens=Histogram(
+                "prefixgate_output_tokens", "Completion tokens per request by pool: predicted p90 and actual.",
+                ["pool", "kind"], buckets=OUTPUT_TOKEN_BUCKETS, registry=registry,
+            ),
+            predictions=Counter(
+                "prefixgate_length_predictions", "Answers at or below their predicted p90 length (within) or above it.",
+                ["pool", "outcome"], registry=registry,
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PromptFamilies:
+    """The prompt's stable prefix, and retrieval with its caches."""
+
+    stable_tokens: Histogram
+    stable_ratio: Histogram
+    moved: Counter
+    embedding_batch: Histogram
+    retrieval_cache: Counter
+    embedding_cache: Counter
+    retrieval_failures: Counter
+    shared_cache: Counter
+
+    @classmethod
+    def register(cls, registry: CollectorRegistry) -> PromptFamilies:
+        return cls(
+            stable_tokens=Histogram(
+                "prefixgate_stable_prefix_tokens",
+                "Estimated tokens (4 characters each) at the start of a prompt, after the rewrite, that equal "
+                "the start of the same tenant's previous prompt: what the engine's prefix cache can reuse.",
+                ["tenant"], buckets=PREFIX_TOKEN_BUCKETS, registry=registry,
+            ),
+            stable_ratio=Histogram(
+                "prefixgate_stable_prefix_ratio",
+                "Share of a prompt's characters, after the rewrite, that repeat the tenant's previous prompt.",
+                ["tenant"], buckets=RATIO_BUCKETS, registry=registry,
+            ),
+            moved=Counter(
+                "prefixgate_volatile_spans_moved", "Volatile spans taken out of prompt prefixes, by tenant.",
+                ["tenant"], registry=registry,
+            ),
+            embedding_batch=Histogram(
+                "prefixgate_embedding_batch_size", "Questions per embedding call after micro-batching.",
+                buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=registry,
+            ),
+            retrieval_cache=Counter(
+                "prefixgate_retrieval_cache",
+                "Retrievals answered from the passage cache (hit), by one already running (joined) or computed (miss).",
+                ["result"], registry=registry,
+            ),
+            embedding_cache=Counter(
+                "prefixgate_embedding_cache", "Question vectors found in the per-process vector cache (hit) or "
+                "computed (miss); asked only when the passage cache had no answer.",
+                ["result"], registry=registry,
+            ),
+            retrieval_failures=Counter(
+                "prefixgate_retrieval_failures", "Requests that went on without context because retrieval failed.",
+                registry=registry,
+            ),
+            shared_cache=Counter(
+                "prefixgate_shared_cache",
+                "Redis-backed caches: reads Redis answered (shared_hit), failed calls (error).",
+                ["cache", "event"], registry=registry,
+            ),
+        )
