@@ -1,0 +1,102 @@
+"""The house rules the code keeps, so the next feature has somewhere obvious to go.
+
+- ``policies/`` decides, ``proxy/`` does: policies import nothing of proxy/ and nothing that reads
+  the network or a clock, and keep no mutable module globals.
+- Modules stay under 300 lines and functions under 60, so each reads in a sitting.
+- An OpenAI-shaped error is built in one place (``openai_error``); the rest of the shell raises
+  ``Refused`` with a refusal from ``policies.refusals``.
+- Every package under proxy/ says in its docstring what lives there.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = sorted(p for package in ("proxy", "policies") for p in (ROOT / package).rglob("*.py"))
+MAX_MODULE_LINES = 300
+MAX_FUNCTION_LINES = 60
+# What "pure" rules out: I/O, the clock, processes, threads.
+IMPURE = ("proxy", "asyncio", "socket", "time", "aiohttp", "httpx", "redis", "qdrant_client", "starlette",
+          "uvicorn", "subprocess", "threading", "os")
+
+
+def _name(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def _imports(tree: ast.Module) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+@pytest.mark.parametrize("path", [p for p in SOURCES if p.parts[-2] == "policies"], ids=_name)
+def test_policies_are_pure(path: Path) -> None:
+    tree = ast.parse(path.read_text())
+    assert not _imports(tree) & set(IMPURE), f"{_name(path)} imports {sorted(_imports(tree) & set(IMPURE))}"
+    changed = _module_state_changed(tree)
+    assert not changed, f"{_name(path)} changes module-level state: {changed}"
+
+
+MUTATORS = frozenset({"append", "extend", "add", "update", "pop", "popitem", "clear", "setdefault", "insert",
+                      "remove", "discard"})
+
+
+def _module_state_changed(tree: ast.Module) -> list[str]:
+    """Where a function changes a module-level name: ``global``, item assignment or a mutating method."""
+    names = {target.id for node in tree.body if isinstance(node, ast.Assign | ast.AnnAssign)
+             for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+             if isinstance(target, ast.Name)}
+    found = []
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(function):
+            if isinstance(node, ast.Global):
+                found.append(f"line {node.lineno}: global {', '.join(node.names)}")
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS
+                  and isinstance(node.func.value, ast.Name) and node.func.value.id in names):
+                found.append(f"line {node.lineno}: {node.func.value.id}.{node.func.attr}()")
+            elif isinstance(node, ast.Assign | ast.AugAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                found += [f"line {node.lineno}: {t.value.id}[...] =" for t in targets  # type: ignore[union-attr]
+                          if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id in names]
+    return found
+
+
+def test_modules_and_functions_stay_small() -> None:
+    too_long = []
+    for path in SOURCES:
+        text = path.read_text()
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            too_long.append(f"{_name(path)}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    too_long.append(f"{_name(path)}:{node.lineno} {node.name}: {lines} lines")
+    assert not too_long, too_long
+
+
+def test_openai_errors_are_built_in_one_place() -> None:
+    builders = []
+    for path in SOURCES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "OpenAIError":
+                builders.append(_name(path))
+    assert set(builders) == {"proxy/http/errors.py"}, builders
+
+
+def test_every_package_says_what_lives_in_it() -> None:
+    for init in (ROOT / "proxy").rglob("__init__.py"):
+        if init.parent == ROOT / "proxy":
+            continue
+        assert ast.get_docstring(ast.parse(init.read_text())), f"{_name(init)} has no docstring"
