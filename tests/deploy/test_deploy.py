@@ -17,7 +17,8 @@ import yaml
 
 from proxy.config import gateway as config_module
 from proxy.config.gateway import load_config
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 METRIC = re.compile(r"\b(prefixgate_[a-z_]+|vllm:[a-z_:]+)")

@@ -12,8 +12,8 @@ import openai
 import orjson
 import pytest
 
-from tests.conftest import Embedded
 from tests.deploy.test_deploy import dashboard_metrics, exposed_names
+from tests.support.embedded import Embedded
 from tests.support.metrics_text import sample_sum
 
 pytestmark = pytest.mark.engine

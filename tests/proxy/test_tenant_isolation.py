@@ -21,10 +21,11 @@ from policies.evidence import FOOTER, HEADER
 from proxy.config.gateway import ConfigError
 from proxy.retrieval.retriever import StoreOpener
 from proxy.retrieval.vector_store import VectorStore
-from tests.conftest import FakeServer, make_config, pool
 from tests.proxy.retrieval import test_retriever as test_retrieval
 from tests.proxy.retrieval.test_retriever import KEYS
 from tests.proxy.retrieval.test_retriever import config as retrieval_config
+from tests.support.configs import make_config, pool
+from tests.support.fake_server import FakeServer
 
 corpus = test_retrieval.corpus  # the same ingested documents (a module fixture)
 ACME_ONLY = ("30 days", "Acme", "ground courier", "two-year warranty", "blender")

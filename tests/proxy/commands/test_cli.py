@@ -22,7 +22,7 @@ from proxy.config.gateway import (
     ENV_UPSTREAM,
 )
 from proxy.retrieval.vector_store import VectorStore
-from tests.conftest import FakeServer
+from tests.support.fake_server import FakeServer
 from tests.support.servers import free_port
 
 

@@ -19,7 +19,8 @@ import orjson
 import yaml
 
 from proxy.engine.process import free_port
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 
 
 @contextmanager

@@ -17,7 +17,8 @@ import httpx
 import orjson
 import pytest
 
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 from tests.support.gateways import gateway_processes
 from tests.support.metrics_text import sample_sum
 

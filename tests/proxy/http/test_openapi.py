@@ -26,7 +26,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from proxy.app import create_app
-from tests.conftest import FakeServer, make_config, pool
+from tests.support.configs import make_config, pool
+from tests.support.fake_server import FakeServer
 from tests.support.servers import serve_in_thread
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,

@@ -12,7 +12,8 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 
 CHUNK_BYTES = 4096
 CHUNKS = 20_000  # about 83 MB of stream

@@ -11,7 +11,8 @@ import httpx
 import openai
 import orjson
 
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 from tests.support.metrics_text import sample_sum
 
 

@@ -12,7 +12,8 @@ import orjson
 
 import proxy.observability.access_log as access_log_module
 from proxy.observability.access_log import AccessLog
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 
 KEY = "sk-acme-0123456789"
 SECRET_QUESTION = "what is the launch code for project nightingale?"

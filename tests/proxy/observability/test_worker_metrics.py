@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 from tests.support.gateways import gateway_processes
 from tests.support.metrics_text import sample_sum
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from proxy.retrieval.embeddings import RemoteEmbeddings
-from tests.conftest import FakeServer
+from tests.support.fake_server import FakeServer
 
 
 class CountingEmbedder:

@@ -18,8 +18,9 @@ from policies.evidence import FOOTER, HEADER
 from proxy.commands.ingest import IngestReport, html_text, ingest
 from proxy.retrieval.embeddings import LocalMiniLM
 from proxy.retrieval.vector_store import VectorStore
-from tests.conftest import FakeServer, pool
 from tests.proxy.retrieval.test_embeddings import CountingEmbedder
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 from tests.support.pdf import text_pdf
 from tests.support.servers import free_port
 

@@ -14,7 +14,8 @@ import pytest
 
 from policies.cache_salt import salt_policy
 from proxy.auth.keys import OPEN_TENANT
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
 SALT_SECRET = "relay-salt-secret-0123"

@@ -17,8 +17,9 @@ from policies.health import EjectionRules
 from proxy.config.pools import EngineMetrics
 from proxy.upstream.pools import Replica
 from proxy.upstream.replica_load import read_engine
-from tests.conftest import FakeServer, pool
 from tests.proxy.upstream.test_pools import PROMPTS, _ask, _served_by
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateways import gateway_processes
 from tests.support.metrics_text import sample_sum

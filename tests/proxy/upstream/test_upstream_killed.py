@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from proxy.engine.process import free_port
-from tests.conftest import pool
+from tests.support.configs import pool
 
 ROOT = Path(__file__).resolve().parents[3]
 STREAMS = 12
