@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.deploy.test_deploy import DEPLOY
+from tests.support.dashboard import DEPLOY
 from tests.support.embedded import Embedded
 from tests.support.metrics_text import sample_sum
 from tests.support.prometheus_server import PrometheusServer, prometheus

@@ -1,8 +1,9 @@
 """Adversarial tenants: globex tries every door to acme's passages, cached answers, rate limit and
 prefix cache, and none opens; no API key is ever written anywhere but the request that carried it.
 
-The corpus is test_retrieval's: acme's documents say 30 days, globex's 60, so a passage that crossed
-tenants shows up as the wrong number (or the word Acme) in the evidence block the upstream receives.
+The corpus is the retrieval tests' (tests/support/tenant_corpus.py, ingested by the ``corpus`` fixture):
+acme's documents say 30 days, globex's 60, so a passage that crossed tenants shows up as the wrong
+number (or the word Acme) in the evidence block the upstream receives.
 """
 
 from __future__ import annotations
@@ -21,13 +22,11 @@ from policies.evidence import FOOTER, HEADER
 from proxy.config.gateway import ConfigError
 from proxy.retrieval.retriever import StoreOpener
 from proxy.retrieval.vector_store import VectorStore
-from tests.proxy.retrieval import test_retriever as test_retrieval
-from tests.proxy.retrieval.test_retriever import KEYS
-from tests.proxy.retrieval.test_retriever import config as retrieval_config
 from tests.support.configs import make_config, pool
 from tests.support.fake_server import FakeServer
+from tests.support.tenant_corpus import KEYS, load_corpus, write_documents
+from tests.support.tenant_corpus import config as retrieval_config
 
-corpus = test_retrieval.corpus  # the same ingested documents (a module fixture)
 ACME_ONLY = ("30 days", "Acme", "ground courier", "two-year warranty", "blender")
 ADMIN_KEY = "sk-admin-operator-7"
 AUTH = {"keys": [{"tenant": tenant, "key": key} for tenant, key in KEYS.items()]}
@@ -76,7 +75,7 @@ def shared_collection(path: Path) -> StoreOpener:
 @pytest.fixture(scope="module")
 def shared_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("shared-collection") / "qdrant"
-    test_retrieval.load_corpus(test_retrieval.write_documents(tmp_path_factory), shared_collection(path))
+    load_corpus(write_documents(tmp_path_factory), shared_collection(path))
     return path
 
 

@@ -1,11 +1,14 @@
-"""Read one value out of a Prometheus text exposition (vLLM's or ours)."""
+"""Read a Prometheus text exposition (vLLM's or ours): one value out of it, or every name it exposes."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+SUFFIXES = ("", "_total", "_bucket", "_sum", "_count")
 
 
 def sample_sum(text: str, name: str, **labels: str) -> float:
@@ -29,3 +32,9 @@ async def wait_for_sample(client: httpx.AsyncClient, origin: str, name: str, val
             return text
         assert asyncio.get_running_loop().time() < deadline, (name, labels, sample_sum(text, name, **labels))
         await asyncio.sleep(0.01)
+
+
+def exposed_names(text: str) -> set[str]:
+    """Every sample name a /metrics page has or would have once its labelled children exist."""
+    families = re.findall(r"^# TYPE (\S+) \S+$", text, re.MULTILINE)
+    return {family.removesuffix("_total") + suffix for family in families for suffix in SUFFIXES}

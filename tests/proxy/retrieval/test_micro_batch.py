@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from proxy.retrieval.micro_batch import MicroBatcher
-from tests.proxy.retrieval.test_embeddings import CountingEmbedder
+from tests.support.embedders import CountingEmbedder
 
 
 async def test_concurrent_questions_share_calls_and_each_gets_its_own_vector() -> None:

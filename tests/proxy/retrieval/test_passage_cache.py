@@ -14,7 +14,7 @@ from proxy.retrieval.embeddings import VectorCache
 from proxy.retrieval.passage_cache import RetrievalCache, cache_key
 from proxy.retrieval.retriever import Retriever
 from proxy.retrieval.vector_store import SearchQuery
-from tests.proxy.retrieval.test_embeddings import CountingEmbedder
+from tests.support.embedders import CountingEmbedder
 from tests.support.metrics_text import sample_sum
 
 SETTINGS = TenantRetrieval(collection="docs")

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -17,22 +16,13 @@ from policies.health import EjectionRules
 from proxy.config.pools import EngineMetrics
 from proxy.upstream.pools import Replica
 from proxy.upstream.replica_load import read_engine
-from tests.proxy.upstream.test_pools import PROMPTS, _ask, _served_by
 from tests.support.configs import pool
 from tests.support.fake_server import FakeServer
-from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateways import gateway_processes
 from tests.support.metrics_text import sample_sum
-from tests.support.servers import serve_in_thread
+from tests.support.replica_choice import PROMPTS, ask, served_by
 
 FAST = {"engine_metrics": {"interval": 0.1}}
-
-
-@pytest.fixture
-def replicas() -> Iterator[list[FakeServer]]:
-    with ExitStack() as stack:
-        fakes = [FakeUpstream() for _ in range(2)]
-        yield [FakeServer(stack.enter_context(serve_in_thread(app)), app) for app in fakes]
 
 
 def _metrics(proxy: str) -> str:
@@ -53,8 +43,8 @@ def _served(proxy: str, replicas: list[FakeServer], system: str, tag: str) -> li
     served = []
     for turn in range(4):
         question = f"{tag} question {turn}"
-        _ask(proxy, system, question)
-        served.append(_served_by(replicas, question))
+        ask(proxy, system, question)
+        served.append(served_by(replicas, question))
     return served
 
 
@@ -115,7 +105,7 @@ def test_the_engine_figures_follow_the_engine(start_proxy: Callable[..., str], r
         text = _until(proxy, "prefixgate_engine_running", target, 1)
         assert sample_sum(text, "prefixgate_engine_running", pool="p", replica=target.base_url) == 1
         assert sample_sum(text, "prefixgate_engine_others_requests", pool="p", replica=target.base_url) == 0
-    _ask(proxy, "system", "one more")
+    ask(proxy, "system", "one more")
     text = _until(proxy, "prefixgate_engine_prefix_cache_hit_rate", target, 0.75)
     assert sample_sum(text, "prefixgate_engine_prefix_cache_hit_rate", pool="p", replica=target.base_url) == 0.75
 
@@ -138,12 +128,12 @@ def test_a_gateway_process_sees_the_requests_another_one_holds(tmp_path: Path, r
         deadline = time.monotonic() + 5
         while sum(r.app.stats.active for r in replicas) < 5 and time.monotonic() < deadline:
             time.sleep(0.02)
-        home = _served_by(replicas, "held 0")
-        assert [_served_by(replicas, f"held {n}") for n in range(5)] == [home] * 5
+        home = served_by(replicas, "held 0")
+        assert [served_by(replicas, f"held {n}") for n in range(5)] == [home] * 5
         if interval:
             _until(second, "prefixgate_engine_others_requests", replicas[home], 5)
         assert _slow(second, "next", 1) == 200
-        assert _served_by(replicas, "next") == (1 - home if interval else home)
+        assert served_by(replicas, "next") == (1 - home if interval else home)
         assert [answer.result() for answer in answers] == [200] * 5
 
 
