@@ -9,7 +9,6 @@ number (or the word Acme) in the evidence block the upstream receives.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from tests.support.configs import make_config, pool
 from tests.support.fake_server import FakeServer
 from tests.support.tenant_corpus import KEYS, load_corpus, write_documents
 from tests.support.tenant_corpus import config as retrieval_config
+from tests.support.waiting import wait_until
 
 ACME_ONLY = ("30 days", "Acme", "ground courier", "two-year warranty", "blender")
 ADMIN_KEY = "sk-admin-operator-7"
@@ -187,11 +187,12 @@ def test_keys_appear_in_no_log_metric_or_error(
 
 def wait_for_lines(path: Path, count: int) -> str:
     """The access log once ``count`` lines are in it (a writer thread writes them off the event loop)."""
-    deadline = time.monotonic() + 10
-    while (text := path.read_text()).count("\n") < count:
-        assert time.monotonic() < deadline, text
-        time.sleep(0.05)
-    return text
+
+    def enough() -> str | None:
+        text = path.read_text()
+        return text if text.count("\n") >= count else None
+
+    return wait_until(enough, timeout=10, what=f"{count} lines in the access log", state=path.read_text)
 
 
 def test_config_errors_never_echo_a_key() -> None:

@@ -17,6 +17,7 @@ from tests.support.gateways import gateway_processes
 from tests.support.metrics_text import sample_sum
 from tests.support.replica_choice import PROMPTS, ask, served_by
 from tests.support.servers import free_port, serve_in_thread
+from tests.support.waiting import wait_until
 
 
 def _placement(proxies: list[str], replicas: list[FakeServer]) -> dict[int, set[int]]:
@@ -134,13 +135,13 @@ def test_active_checks_eject_a_dead_replica_before_any_request_fails(start_proxy
 
 def _wait_for_metric(proxy: str, sample: str, value: float, timeout: float = 10) -> None:
     """Poll /metrics until the exact sample line reads ``value`` (fails after ``timeout`` seconds)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        lines = httpx.get(proxy + "/metrics").text.splitlines()
-        if any(line.startswith(sample + " ") and float(line.split()[-1]) == value for line in lines):
-            return
-        assert time.monotonic() < deadline, [line for line in lines if "replica_healthy" in line]
-        time.sleep(0.05)
+
+    def lines() -> list[str]:
+        return httpx.get(proxy + "/metrics").text.splitlines()
+
+    wait_until(lambda: any(line.startswith(sample + " ") and float(line.split()[-1]) == value for line in lines()),
+               timeout=timeout, what=f"{sample} to read {value}",
+               state=lambda: [line for line in lines() if "replica_healthy" in line])
 
 
 def test_no_usable_replica_answers_503_at_once_with_retry_after(start_proxy: Callable[..., str]) -> None:
