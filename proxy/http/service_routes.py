@@ -1,5 +1,5 @@
 """The light HTTP endpoints (models, health, readiness, metrics, the OpenAPI document); generation
-lives in generation.py."""
+is ``GenerationRoute``."""
 
 from __future__ import annotations
 

@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from proxy.app import create_app
 from tests.bench import machine
 from tests.bench.report import write_block, write_result
-from tests.conftest import make_config
-from tests.proxy.http.test_openapi import CASES, CHECKS
 from tests.support.bodies import broken_request, is_openai_error, valid_request
+from tests.support.configs import make_config
 from tests.support.fake_upstream import FakeUpstream
+from tests.support.openapi_cases import CASES, CHECKS
 from tests.support.servers import serve_in_thread
 
 SETTINGS = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck))

@@ -17,23 +17,10 @@ import yaml
 
 from proxy.config import load as config_module
 from proxy.config.load import load_config
-from tests.conftest import FakeServer, pool
-
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-METRIC = re.compile(r"\b(prefixgate_[a-z_]+|vllm:[a-z_:]+)")
-SUFFIXES = ("", "_total", "_bucket", "_sum", "_count")
-
-
-def dashboard_metrics(prefix: str) -> set[str]:
-    dashboard = json.loads((DEPLOY / "grafana" / "prefixgate-dashboard.json").read_text())
-    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
-    return {name for expr in exprs for name in METRIC.findall(expr) if name.startswith(prefix)}
-
-
-def exposed_names(text: str) -> set[str]:
-    """Every sample name a /metrics page has or would have once its labelled children exist."""
-    families = re.findall(r"^# TYPE (\S+) \S+$", text, re.MULTILINE)
-    return {family.removesuffix("_total") + suffix for family in families for suffix in SUFFIXES}
+from tests.support.configs import pool
+from tests.support.dashboard import DEPLOY, dashboard_metrics
+from tests.support.fake_server import FakeServer
+from tests.support.metrics_text import exposed_names
 
 
 def _yaml_documents(path: Path) -> list:

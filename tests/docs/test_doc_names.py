@@ -36,8 +36,9 @@ from proxy.commands.cli import build_parser
 from proxy.config import load as config_module
 from proxy.config.gateway import Config
 from proxy.config.pools import PoolConfig
-from tests.conftest import FakeServer, pool
-from tests.deploy.test_deploy import exposed_names
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
+from tests.support.metrics_text import exposed_names
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from policies.cache_salt import SHARED_PREFIX, salt_policy, tenant_salt
-from tests.conftest import Embedded, pool
+from tests.support.configs import pool
+from tests.support.embedded import Embedded
 from tests.support.metrics_text import sample_sum
 
 pytestmark = pytest.mark.engine

@@ -13,7 +13,8 @@ import pytest
 from proxy.app import create_app
 from proxy.engine.process import LocalEngine, free_port
 from proxy.engine.tiny_model import ensure_tiny_model
-from tests.conftest import Embedded, make_config
+from tests.support.configs import make_config
+from tests.support.embedded import Embedded
 from tests.support.servers import serve_in_thread
 
 pytestmark = pytest.mark.engine

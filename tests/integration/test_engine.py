@@ -12,9 +12,9 @@ import openai
 import orjson
 import pytest
 
-from tests.conftest import Embedded
-from tests.deploy.test_deploy import dashboard_metrics, exposed_names
-from tests.support.metrics_text import sample_sum
+from tests.support.dashboard import dashboard_metrics
+from tests.support.embedded import Embedded
+from tests.support.metrics_text import exposed_names, sample_sum
 
 pytestmark = pytest.mark.engine
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from proxy.engine.tiny_model import ensure_tiny_model
-from tests.conftest import Embedded
+from tests.support.embedded import Embedded
 from tests.support.servers import free_port
 
 pytestmark = pytest.mark.engine

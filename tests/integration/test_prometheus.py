@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import Embedded
-from tests.deploy.test_deploy import DEPLOY
+from tests.support.dashboard import DEPLOY
+from tests.support.embedded import Embedded
 from tests.support.metrics_text import sample_sum
 from tests.support.prometheus_server import PrometheusServer, prometheus
 

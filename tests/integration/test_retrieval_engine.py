@@ -21,8 +21,9 @@ from proxy.commands.ingest import ingest
 from proxy.retrieval.embeddings import LocalMiniLM
 from proxy.retrieval.retriever import passage_budget_tokens
 from proxy.retrieval.vector_store import VectorStore
-from tests.conftest import Embedded, pool
+from tests.support.configs import pool
 from tests.support.corpus import write_corpus
+from tests.support.embedded import Embedded
 
 pytestmark = pytest.mark.engine
 

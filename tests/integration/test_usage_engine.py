@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from policies.usage import stream_events, streamed_completion_tokens, usage_in
-from tests.conftest import Embedded
+from tests.support.embedded import Embedded
 from tests.support.metrics_text import sample_sum
 
 pytestmark = pytest.mark.engine

@@ -1,14 +1,14 @@
 """Adversarial tenants: globex tries every door to acme's passages, cached answers, rate limit and
 prefix cache, and none opens; no API key is ever written anywhere but the request that carried it.
 
-The corpus is test_retrieval's: acme's documents say 30 days, globex's 60, so a passage that crossed
-tenants shows up as the wrong number (or the word Acme) in the evidence block the upstream receives.
+The corpus is the retrieval tests' (tests/support/tenant_corpus.py, ingested by the ``corpus`` fixture):
+acme's documents say 30 days, globex's 60, so a passage that crossed tenants shows up as the wrong
+number (or the word Acme) in the evidence block the upstream receives.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,12 +21,12 @@ from policies.evidence import FOOTER, HEADER
 from proxy.config.load import ConfigError
 from proxy.retrieval.retriever import StoreOpener
 from proxy.retrieval.vector_store import VectorStore
-from tests.conftest import FakeServer, make_config, pool
-from tests.proxy.retrieval import test_retriever as test_retrieval
-from tests.proxy.retrieval.test_retriever import KEYS
-from tests.proxy.retrieval.test_retriever import config as retrieval_config
+from tests.support.configs import make_config, pool
+from tests.support.fake_server import FakeServer
+from tests.support.tenant_corpus import KEYS, load_corpus, write_documents
+from tests.support.tenant_corpus import config as retrieval_config
+from tests.support.waiting import wait_until
 
-corpus = test_retrieval.corpus  # the same ingested documents (a module fixture)
 ACME_ONLY = ("30 days", "Acme", "ground courier", "two-year warranty", "blender")
 ADMIN_KEY = "sk-admin-operator-7"
 AUTH = {"keys": [{"tenant": tenant, "key": key} for tenant, key in KEYS.items()]}
@@ -75,7 +75,7 @@ def shared_collection(path: Path) -> StoreOpener:
 @pytest.fixture(scope="module")
 def shared_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("shared-collection") / "qdrant"
-    test_retrieval.load_corpus(test_retrieval.write_documents(tmp_path_factory), shared_collection(path))
+    load_corpus(write_documents(tmp_path_factory), shared_collection(path))
     return path
 
 
@@ -187,11 +187,12 @@ def test_keys_appear_in_no_log_metric_or_error(
 
 def wait_for_lines(path: Path, count: int) -> str:
     """The access log once ``count`` lines are in it (a writer thread writes them off the event loop)."""
-    deadline = time.monotonic() + 10
-    while (text := path.read_text()).count("\n") < count:
-        assert time.monotonic() < deadline, text
-        time.sleep(0.05)
-    return text
+
+    def enough() -> str | None:
+        text = path.read_text()
+        return text if text.count("\n") >= count else None
+
+    return wait_until(enough, timeout=10, what=f"{count} lines in the access log", state=path.read_text)
 
 
 def test_config_errors_never_echo_a_key() -> None:

@@ -1,5 +1,6 @@
-"""prefixgate gateways as separate processes (`prefixgate serve`), for tests of what several
-gateway replicas do together: pick the same engine, share one rate limit."""
+"""prefixgate gateways for tests: in this process on a thread of its own (``serve_gateway``, what the
+``start_proxy`` fixture runs), or as separate processes (`prefixgate serve`, ``gateway_processes``) for
+tests of what several gateway replicas do together: pick the same engine, share one rate limit."""
 
 from __future__ import annotations
 
@@ -15,7 +16,19 @@ from typing import Any
 import httpx
 import yaml
 
+from proxy.app import create_app
+from proxy.config.gateway import Config
+from proxy.connections.protocol import GuardedHttpToolsProtocol
 from proxy.engine.process import free_port
+from tests.support.servers import serve_in_thread
+
+
+@contextmanager
+def serve_gateway(config: Config, **seams: Any) -> Iterator[str]:
+    """prefixgate for ``config`` under uvicorn on a thread, with the protocol `prefixgate serve` runs (its
+    deadlines and connection cap); yields its origin URL. ``seams`` go to create_app."""
+    with serve_in_thread(create_app(config, **seams), http=GuardedHttpToolsProtocol) as origin:
+        yield origin
 
 
 @contextmanager

@@ -1,11 +1,15 @@
-"""Read one value out of a Prometheus text exposition (vLLM's or ours)."""
+"""Read a Prometheus text exposition (vLLM's or ours): one value out of it, or every name it exposes."""
 
 from __future__ import annotations
 
-import asyncio
+import re
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.waiting import wait_until_async
+
+SUFFIXES = ("", "_total", "_bucket", "_sum", "_count")
 
 
 def sample_sum(text: str, name: str, **labels: str) -> float:
@@ -22,10 +26,19 @@ async def wait_for_sample(client: httpx.AsyncClient, origin: str, name: str, val
                           timeout: float = 10, **labels: str) -> str:
     """Poll ``origin``'s /metrics until ``name`` (summed over samples with ``labels``) reads ``value``:
     waiting for a state instead of sleeping for a guess at how long it takes. Returns that page."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        text = (await client.get(origin + "/metrics")).text
-        if sample_sum(text, name, **labels) == value:
-            return text
-        assert asyncio.get_running_loop().time() < deadline, (name, labels, sample_sum(text, name, **labels))
-        await asyncio.sleep(0.01)
+    last = ""
+
+    async def page_with_value() -> str | None:
+        nonlocal last
+        last = (await client.get(origin + "/metrics")).text
+        return last if sample_sum(last, name, **labels) == value else None
+
+    return await wait_until_async(page_with_value, timeout=timeout, interval=0.01,
+                                  what=f"{name} {labels} to read {value}",
+                                  state=lambda: sample_sum(last, name, **labels))
+
+
+def exposed_names(text: str) -> set[str]:
+    """Every sample name a /metrics page has or would have once its labelled children exist."""
+    families = re.findall(r"^# TYPE (\S+) \S+$", text, re.MULTILINE)
+    return {family.removesuffix("_total") + suffix for family in families for suffix in SUFFIXES}

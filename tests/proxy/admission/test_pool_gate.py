@@ -9,7 +9,8 @@ from collections.abc import Callable
 
 import httpx
 
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 from tests.support.metrics_text import sample_sum, wait_for_sample
 
 KEYS = {"greedy": "sk-greedy-tenant-1", "modest": "sk-modest-tenant-1"}

@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import FakeServer, pool
+from tests.support.configs import make_config, pool
+from tests.support.fake_server import FakeServer
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateways import gateway_processes
 from tests.support.metrics_text import sample_sum
@@ -296,7 +297,6 @@ def test_a_configured_tokenizer_counts_the_prompt(fake: FakeServer, start_proxy:
 
 def test_a_missing_tokenizer_file_is_a_config_error(tmp_path: Path) -> None:
     from proxy.config.load import ConfigError
-    from tests.conftest import make_config
 
     with pytest.raises(ConfigError, match=r"tokenizer: .*no tokenizer file"):
         make_config({"tokenizer": str(tmp_path / "missing.json")})

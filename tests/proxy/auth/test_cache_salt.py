@@ -15,7 +15,8 @@ import pytest
 from policies.cache_salt import SHARED_PREFIX, salt_policy, tenant_salt
 from proxy.auth.salt_secret import SECRET_FILE, SecretFileError, deployment_secret
 from proxy.config.load import ConfigError, config_from_dump, dump_config
-from tests.conftest import FakeServer, make_config, pool
+from tests.support.configs import make_config, pool
+from tests.support.fake_server import FakeServer
 
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 KEYS = {"alpha": "key-alpha-123", "beta": "key-beta-4567", "public": "key-public-89", "docs": "key-docs-0123",

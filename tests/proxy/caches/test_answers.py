@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from policies.answer_cache import answer_key, cacheable, completion_from_stream, stream_from_completion
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 
 KEYS = {"acme": "sk-acme-answers-1", "globex": "sk-globex-answers-1"}
 

@@ -14,7 +14,8 @@ from policies.evidence import Passage
 from proxy.caches.tiered import TieredCache, tiered_cache
 from proxy.config.redis import RedisConfig
 from proxy.retrieval.passage_cache import RetrievalCache
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 from tests.support.metrics_text import sample_sum
 from tests.support.redis_server import RedisServer
 

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -22,8 +21,9 @@ from proxy.config.load import (
     ENV_UPSTREAM,
 )
 from proxy.retrieval.vector_store import VectorStore
-from tests.conftest import FakeServer
+from tests.support.fake_server import FakeServer
 from tests.support.servers import free_port
+from tests.support.waiting import wait_until
 
 
 def _run(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
@@ -46,15 +46,16 @@ def test_serve_from_environment_only(fake: FakeServer) -> None:
     port = free_port()
     process = _run(["serve"], {"PREFIXGATE_UPSTREAM": fake.base_url, "PREFIXGATE_PORT": str(port)})
     try:
-        deadline = time.monotonic() + 20
-        while True:
+
+        def answered() -> httpx.Response | None:
             try:
-                answer = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions",
-                                    json={"model": "fake-model", "messages": [{"role": "user", "content": "x"}]})
-                break
+                return httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions",
+                                  json={"model": "fake-model", "messages": [{"role": "user", "content": "x"}]})
             except httpx.ConnectError:
-                assert time.monotonic() < deadline and process.poll() is None, process.stdout.read()
-                time.sleep(0.1)
+                assert process.poll() is None, process.stdout.read()
+                return None
+
+        answer = wait_until(answered, timeout=20, interval=0.1, what="`prefixgate serve` to answer on its port")
         assert answer.status_code == 200 and answer.json()["object"] == "chat.completion"
     finally:
         process.send_signal(signal.SIGTERM)

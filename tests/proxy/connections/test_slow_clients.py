@@ -17,9 +17,11 @@ import httpx
 import orjson
 import pytest
 
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 from tests.support.gateways import gateway_processes
 from tests.support.metrics_text import sample_sum
+from tests.support.waiting import wait_until
 
 HEADER_S, BODY_S = 1.0, 1.5
 SLACK_S = 3.0  # how much later than its deadline a close may come on a busy 2-core machine
@@ -205,7 +207,8 @@ def test_at_the_cap_new_connections_close_the_longest_waiting_and_clients_are_se
     with gateway(fake, tmp_path, max_connections=8, header_timeout_s=60) as origin, ExitStack() as stack:
         flood = [stack.enter_context(connect(origin)) for _ in range(24)]  # nothing sent: idle until evicted
         with WellBehaved(origin) as client:
-            time.sleep(1)
+            wait_until(lambda: len(client.statuses) >= 10, timeout=30, interval=0.05,
+                       what="ten answers to the well-behaved client beside the flood", state=lambda: client.statuses)
         for sock in flood:
             sock.settimeout(0.5)
         closed = sum(_closed(sock) for sock in flood)
@@ -231,9 +234,7 @@ def test_over_the_cap_with_every_connection_busy_probes_are_answered_and_the_res
         hanging = [threading.Thread(target=_hang, args=(origin,), daemon=True) for _ in range(2)]
         for thread in hanging:
             thread.start()
-        deadline = time.monotonic() + 10
-        while fake.app.stats.active < 2 and time.monotonic() < deadline:  # both answers under way
-            time.sleep(0.05)
+        wait_until(lambda: fake.app.stats.active >= 2, timeout=10, what="both hanging answers to be under way")
         assert httpx.get(origin + "/health", timeout=5).status_code == 200
         refused = httpx.post(origin + "/v1/chat/completions", json=chat(), timeout=5)
         assert refused.status_code == 503 and refused.headers["retry-after"] == "1"

@@ -8,12 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
+from functools import partial
 from pathlib import Path
 
 import psutil
 
 from proxy.engine.main import ENV_PARENT
+from tests.support.waiting import wait_until
 
 ARM = "from proxy.engine.main import end_with_parent; end_with_parent(); print('armed', flush=True)"
 SMALL_ENGINE = ARM + "; import time; time.sleep(300)"  # where vLLM would serve
@@ -32,6 +33,11 @@ time.sleep(300)
 """
 
 
+def _armed(engine: psutil.Process, log: Path) -> bool:
+    assert engine.is_running(), "the small engine exited before it armed"
+    return "armed" in (log.read_text() if log.exists() else "")
+
+
 def test_an_engine_ends_when_its_gateway_is_killed_with_sigkill(tmp_path: Path) -> None:
     engine_log = tmp_path / "engine.log"
     engine: psutil.Process | None = None
@@ -40,10 +46,8 @@ def test_an_engine_ends_when_its_gateway_is_killed_with_sigkill(tmp_path: Path) 
         try:
             assert gateway.stdout is not None
             engine = psutil.Process(int(gateway.stdout.readline()))
-            deadline = time.monotonic() + 60
-            while "armed" not in (engine_log.read_text() if engine_log.exists() else ""):
-                assert engine.is_running() and time.monotonic() < deadline, "the small engine never got going"
-                time.sleep(0.05)
+            wait_until(partial(_armed, engine, engine_log), timeout=60,
+                       what="the small engine to arm (its log to say 'armed')")
             gateway.kill()  # SIGKILL: nothing in the gateway runs
             gateway.wait(10)
             _, alive = psutil.wait_procs([engine], timeout=30)

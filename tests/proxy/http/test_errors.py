@@ -8,7 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 from tests.support.servers import free_port
 
 KEY = "sk-test-tenant-a-123"

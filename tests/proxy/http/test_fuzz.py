@@ -14,8 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from proxy.app import create_app
-from tests.conftest import FakeServer, make_config, pool
 from tests.support.bodies import broken_request, is_openai_error, valid_request
+from tests.support.configs import make_config, pool
+from tests.support.fake_server import FakeServer
 from tests.support.servers import serve_in_thread
 
 SETTINGS = settings(max_examples=500, deadline=None, derandomize=True,

@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 import httpx
 
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 
 
 def test_each_input_limit_is_configurable_and_named_in_its_refusal(fake: FakeServer,

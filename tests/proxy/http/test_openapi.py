@@ -8,44 +8,19 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
-from pathlib import Path
 
 import httpx
 import pytest
 import schemathesis
-import yaml
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from schemathesis import GenerationMode
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    negative_data_rejection,
-    response_schema_conformance,
-    status_code_conformance,
-)
 
 from proxy.app import create_app
-from tests.conftest import FakeServer, make_config, pool
+from tests.support.configs import make_config, pool
+from tests.support.fake_server import FakeServer
+from tests.support.openapi_cases import CASES, CHECKS, DOCUMENT
 from tests.support.servers import serve_in_thread
 
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
-          negative_data_rejection]
-DOCUMENT = yaml.safe_load((Path(__file__).resolve().parents[3] / "proxy" / "http" / "openapi.yaml").read_text())
-OPERATIONS = [result.ok() for result in schemathesis.openapi.from_dict(DOCUMENT).get_all_operations()]
 
-
-def _served_model(case: schemathesis.Case) -> schemathesis.Case:
-    """Valid bodies name the model the fake engine serves, so they reach it (any other name is its 404)."""
-    if isinstance(case.body, dict) and "model" in case.body:
-        case.body["model"] = "fake-model"
-    return case
-
-
-CASES = st.one_of(
-    *(operation.as_strategy(generation_mode=GenerationMode.POSITIVE).map(_served_model) for operation in OPERATIONS),
-    *(operation.as_strategy(generation_mode=GenerationMode.NEGATIVE) for operation in OPERATIONS),
-)
 @pytest.fixture(scope="module")
 def origin(fake: FakeServer) -> Iterator[str]:
     config = {"pools": [pool("p", fake.base_url)], "limits": {"max_tokens": 16}}

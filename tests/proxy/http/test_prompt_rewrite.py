@@ -7,7 +7,8 @@ from collections.abc import Callable
 import httpx
 
 from policies.prompt import NOTE_HEADER
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 from tests.support.metrics_text import sample_sum
 
 SYSTEM = "You are a planner.  \r\nCurrent time: 2026-11-22 11:51:13 UTC\r\nrequest_id=req8ZtQ2xLm9Q\r\nPlan well."

@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 import httpx
 
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 from tests.support.metrics_text import sample_sum
 from tests.support.servers import free_port
 

@@ -12,7 +12,9 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
+from tests.support.waiting import wait_until
 
 CHUNK_BYTES = 4096
 CHUNKS = 20_000  # about 83 MB of stream
@@ -30,15 +32,18 @@ def request_bytes(origin: str) -> bytes:
 def sent_when_stalled(fake: FakeServer) -> int:
     """The upstream's progress once it has stopped moving (for half a second)."""
     last, since = -1, time.monotonic()
-    deadline = since + 30
-    while time.monotonic() < deadline:
+
+    def stalled() -> bool:
+        nonlocal last, since
         now = fake.app.stats.chunks_sent
         if now != last:
             last, since = now, time.monotonic()
-        elif time.monotonic() - since > 0.5:
-            return now
-        time.sleep(0.05)
-    pytest.fail("the upstream never stalled: something buffers the whole stream")
+            return False
+        return time.monotonic() - since > 0.5
+
+    wait_until(stalled, timeout=30, what="the upstream to stall (it never did: something buffers the whole stream)",
+               state=lambda: f"{fake.app.stats.chunks_sent} chunks sent")
+    return last
 
 
 @pytest.mark.parametrize("http_client", ["aiohttp", "httpx"])

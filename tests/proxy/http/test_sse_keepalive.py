@@ -11,8 +11,10 @@ import httpx
 import openai
 import orjson
 
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 from tests.support.metrics_text import sample_sum
+from tests.support.waiting import wait_until_async
 
 
 def _stream(model: str = "fake-model", **extra: object) -> dict:
@@ -59,15 +61,17 @@ def test_the_openai_sdk_reads_a_stream_with_comments(fake: FakeServer, start_pro
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == " tok" * 4
 
 
-def _queued_behind_a_long_answer(proxy: str, second: dict) -> tuple[int, list[bytes]]:
+def _queued_behind_a_long_answer(proxy: str, fake: FakeServer, second: dict) -> tuple[int, list[bytes]]:
     """A long non-streaming answer holds the pool's one slot while ``second`` streams in the queue."""
 
     async def scenario() -> tuple[int, list[bytes]]:
         async with httpx.AsyncClient(timeout=30) as client:
+            sent = fake.app.stats.requests
             long = asyncio.create_task(client.post(proxy + "/v1/chat/completions", json={
                 "model": "fake-model", "messages": [{"role": "user", "content": "x"}],
                 "fake_tokens": 5, "fake_delay_ms": 100}))
-            await asyncio.sleep(0.1)
+            await wait_until_async(lambda: fake.app.stats.requests > sent, timeout=10, interval=0.01,
+                                   what="the long answer to take the pool's slot (the upstream to have it)")
             async with client.stream("POST", proxy + "/v1/chat/completions", json=second) as response:
                 lines = [line.encode() async for line in response.aiter_lines() if line]
             assert (await long).status_code == 200
@@ -78,7 +82,7 @@ def _queued_behind_a_long_answer(proxy: str, second: dict) -> tuple[int, list[by
 
 def test_a_queued_stream_gets_comments_then_its_answer(fake: FakeServer, start_proxy: Callable[..., str]) -> None:
     proxy = start_proxy({"pools": [pool("p", fake.base_url, stream_keepalive=0.1, max_in_flight=1)]})
-    status, lines = _queued_behind_a_long_answer(proxy, _stream(fake_tokens=2))
+    status, lines = _queued_behind_a_long_answer(proxy, fake, _stream(fake_tokens=2))
     assert status == 200
     assert lines.count(b": keep-alive") >= 2
     assert lines[-1] == b"data: [DONE]"
@@ -87,7 +91,7 @@ def test_a_queued_stream_gets_comments_then_its_answer(fake: FakeServer, start_p
 def test_an_engine_error_after_comments_is_the_last_event(fake: FakeServer, start_proxy: Callable[..., str]) -> None:
     """The 200 is out, so the engine's 400 comes as an SSE event carrying its OpenAI error body."""
     proxy = start_proxy({"pools": [pool("p", fake.base_url, stream_keepalive=0.1, max_in_flight=1)]})
-    status, lines = _queued_behind_a_long_answer(proxy, _stream("fake-400"))
+    status, lines = _queued_behind_a_long_answer(proxy, fake, _stream("fake-400"))
     assert status == 200 and lines[0] == b": keep-alive"
     error = orjson.loads(lines[-1].removeprefix(b"data: "))["error"]
     assert error["message"] == "fake bad request"
@@ -100,7 +104,7 @@ def test_a_queue_timeout_after_comments_is_the_last_event(fake: FakeServer,
                                                           start_proxy: Callable[..., str]) -> None:
     proxy = start_proxy({"pools": [pool("p", fake.base_url, stream_keepalive=0.1, max_in_flight=1,
                                         queue_timeout=0.25)]})
-    status, lines = _queued_behind_a_long_answer(proxy, _stream())
+    status, lines = _queued_behind_a_long_answer(proxy, fake, _stream())
     assert status == 200 and lines[0] == b": keep-alive"
     error = orjson.loads(lines[-1].removeprefix(b"data: "))["error"]
     assert error["code"] == "queue_timeout" and error["type"] == "service_unavailable"

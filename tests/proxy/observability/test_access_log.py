@@ -12,19 +12,25 @@ import orjson
 
 import proxy.observability.access_log as access_log_module
 from proxy.observability.access_log import AccessLog
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
+from tests.support.waiting import wait_until
 
 KEY = "sk-acme-0123456789"
 SECRET_QUESTION = "what is the launch code for project nightingale?"
 
 
 def _lines(path: Path, count: int, timeout: float = 5) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while True:
-        lines = [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
-        if len(lines) >= count or time.monotonic() > deadline:
-            return lines
-        time.sleep(0.05)
+    """The log's lines once there are at least ``count`` (a writer thread writes them off the event loop)."""
+
+    def read() -> list[dict[str, Any]]:
+        return [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
+
+    def enough() -> list[dict[str, Any]] | None:
+        lines = read()
+        return lines if len(lines) >= count else None
+
+    return wait_until(enough, timeout=timeout, what=f"{count} access log lines in {path}", state=read)
 
 
 def _config(fake: FakeServer, path: Path, **log: Any) -> dict[str, Any]:

@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 from tests.support.metrics_text import sample_sum
 
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import psutil
 
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 from tests.support.gateways import gateway_processes
 from tests.support.metrics_text import sample_sum
+from tests.support.waiting import wait_until
 
 REQUESTS = 40
 CHAT = "/chat/completions"
@@ -30,15 +30,6 @@ def _chat(origin: str, **extra: object) -> int:
 def _scrape(origin: str) -> str:
     with httpx.Client(timeout=10) as client:
         return client.get(origin + "/metrics").text
-
-
-def _until(condition: Callable[[], bool], seconds: float = 10) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def _workers(gateway_pid: int) -> list[psutil.Process]:
@@ -74,21 +65,24 @@ def test_every_scrape_reports_all_workers_traffic_and_load(fake: FakeServer, tmp
             assert sample_sum(text, "prefixgate_time_to_first_token_seconds_count") == REQUESTS // 2
             assert sample_sum(text, "prefixgate_replica_choices_total", reason="single") == REQUESTS
         # Both workers are live and read the engine: one series of their own each.
-        assert _until(lambda: len({s for s in _scrape(origin).splitlines()
-                                   if s.startswith("prefixgate_engine_others_requests{")}) == 2)
+        wait_until(lambda: len({s for s in _scrape(origin).splitlines()
+                                if s.startswith("prefixgate_engine_others_requests{")}) == 2,
+                   timeout=10, interval=0.1, what="a series of its own from each worker's engine reading")
 
         # A slow request held by one worker shows in flight in every worker's answer.
         slow = threading.Thread(target=_chat, args=(origin,), kwargs={"fake_delay_ms": 4000})
         slow.start()
         try:
             in_flight = [0.0] * 6
-            assert _until(lambda: sample_sum(_scrape(origin), "prefixgate_replica_in_flight") == 1, 3)
+            wait_until(lambda: sample_sum(_scrape(origin), "prefixgate_replica_in_flight") == 1, timeout=3,
+                       interval=0.1, what="the slow request to show in flight")
             for index in range(len(in_flight)):
                 in_flight[index] = sample_sum(_scrape(origin), "prefixgate_replica_in_flight")
         finally:
             slow.join()
         assert in_flight == [1.0] * len(in_flight)
-        assert _until(lambda: sample_sum(_scrape(origin), "prefixgate_replica_in_flight") == 0, 3)
+        wait_until(lambda: sample_sum(_scrape(origin), "prefixgate_replica_in_flight") == 0, timeout=3,
+                   interval=0.1, what="nothing in flight once the slow request ended")
 
         # A worker killed and replaced: the counts it made stay, its live series go.
         gateway = _gateway_pid(int(origin.rsplit(":", 1)[1]))
@@ -96,8 +90,10 @@ def test_every_scrape_reports_all_workers_traffic_and_load(fake: FakeServer, tmp
         assert len(workers) == 2
         killed = workers[0].pid
         workers[0].send_signal(signal.SIGKILL)
-        assert _until(lambda: len(_workers(gateway)) == 2 and killed not in {w.pid for w in _workers(gateway)}, 30)
-        assert _until(lambda: f'pid="{killed}"' not in _scrape(origin), 15)
+        wait_until(lambda: len(_workers(gateway)) == 2 and killed not in {w.pid for w in _workers(gateway)},
+                   timeout=30, interval=0.1, what="uvicorn to replace the killed worker")
+        wait_until(lambda: f'pid="{killed}"' not in _scrape(origin), timeout=15, interval=0.1,
+                   what="the killed worker's series to leave /metrics")
         for _ in range(6):
             text = _scrape(origin)
             assert sample_sum(text, "prefixgate_requests_total", route=CHAT, status="200") == REQUESTS + 1

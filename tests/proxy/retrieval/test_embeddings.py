@@ -3,34 +3,13 @@ either is tested in test_micro_batch.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 from proxy.retrieval.embeddings import RemoteEmbeddings
-from tests.conftest import FakeServer
-
-
-class CountingEmbedder:
-    """Answers each text with [len(text)] after a short pause, like a model's forward pass."""
-
-    dimensions = 1
-
-    def __init__(self, fail: bool = False) -> None:
-        self.calls: list[list[str]] = []
-        self.fail = fail
-
-    async def embed(self, texts: list[str]) -> list[list[float]]:
-        self.calls.append(list(texts))
-        await asyncio.sleep(0.02)
-        if self.fail:
-            raise RuntimeError("model crashed")
-        return [[float(len(text))] for text in texts]
-
-    async def aclose(self) -> None:
-        return None
+from tests.support.fake_server import FakeServer
 
 
 async def test_remote_embeddings_come_back_in_input_order(fake: FakeServer) -> None:

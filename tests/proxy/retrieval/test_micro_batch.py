@@ -8,7 +8,8 @@ import asyncio
 import pytest
 
 from proxy.retrieval.micro_batch import MicroBatcher
-from tests.proxy.retrieval.test_embeddings import CountingEmbedder
+from tests.support.embedders import CountingEmbedder
+from tests.support.waiting import wait_until_async
 
 
 async def test_concurrent_questions_share_calls_and_each_gets_its_own_vector() -> None:
@@ -22,13 +23,15 @@ async def test_concurrent_questions_share_calls_and_each_gets_its_own_vector() -
 
 
 async def test_texts_arriving_while_a_batch_runs_go_together_next() -> None:
-    embedder = CountingEmbedder()
+    embedder = CountingEmbedder(held=True)
     batcher = MicroBatcher(embedder.embed, max_batch=32, max_wait=0.001)
     first = asyncio.ensure_future(batcher.submit("first"))
+    await wait_until_async(lambda: embedder.calls, timeout=5, interval=0.001, what="the first batch to reach the model")
     late = []
-    for i in range(5):  # spaced wider than max_wait, all while the first batch is in the model (20 ms)
+    for i in range(5):  # spaced wider than max_wait, all while the first batch is in the model (held there)
         await asyncio.sleep(0.003)
         late.append(asyncio.ensure_future(batcher.submit(f"late {i}")))
+    embedder.release()
     await asyncio.gather(first, *late)
     assert embedder.calls == [["first"], [f"late {i}" for i in range(5)]]
 
@@ -53,7 +56,6 @@ async def test_a_failed_batch_fails_all_its_callers_and_the_next_batch_still_run
 
 async def test_an_exception_in_an_items_place_fails_that_caller_alone() -> None:
     async def halve(numbers: list[int]) -> list[float | Exception]:
-        await asyncio.sleep(0.001)
         return [ValueError(f"{n} is odd") if n % 2 else n / 2 for n in numbers]
 
     batcher: MicroBatcher[int, float] = MicroBatcher(halve, max_batch=8)

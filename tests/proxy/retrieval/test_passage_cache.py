@@ -14,8 +14,9 @@ from proxy.retrieval.embeddings import VectorCache
 from proxy.retrieval.passage_cache import RetrievalCache, cache_key
 from proxy.retrieval.retriever import Retriever
 from proxy.retrieval.vector_store import SearchQuery
-from tests.proxy.retrieval.test_embeddings import CountingEmbedder
+from tests.support.embedders import CountingEmbedder
 from tests.support.metrics_text import sample_sum
+from tests.support.waiting import wait_until_async
 
 SETTINGS = TenantRetrieval(collection="docs")
 
@@ -38,8 +39,8 @@ class StubStore:
         return None
 
 
-def retriever(store: StubStore) -> Retriever:
-    return Retriever(CountingEmbedder(), store, max_batch=8, max_wait=0,  # type: ignore[arg-type]
+def retriever(store: StubStore, embedder: CountingEmbedder | None = None) -> Retriever:
+    return Retriever(embedder or CountingEmbedder(), store, max_batch=8, max_wait=0,  # type: ignore[arg-type]
                      cache=RetrievalCache(ttl=60, empty_ttl=5))
 
 
@@ -161,13 +162,9 @@ def test_entries_expire() -> None:
 
 
 def test_a_stuck_embedder_costs_at_most_the_timeout_and_the_request_goes_on_without_context() -> None:
-    class StuckEmbedder(CountingEmbedder):
-        async def embed(self, texts: list[str]) -> list[list[float]]:
-            await asyncio.sleep(60)
-            return []
-
     async def run() -> None:
-        stuck = Retriever(StuckEmbedder(), StubStore(), max_batch=8, max_wait=0, timeout=0.1)  # type: ignore[arg-type]
+        never_answers = CountingEmbedder(held=True)  # and never released
+        stuck = Retriever(never_answers, StubStore(), max_batch=8, max_wait=0, timeout=0.1)  # type: ignore[arg-type]
         retrieved = await asyncio.wait_for(stuck.retrieve("acme", SETTINGS, "Anything?"), timeout=2)
         assert retrieved.passages is None
 
@@ -191,12 +188,15 @@ def test_concurrent_requests_with_one_question_share_one_retrieval() -> None:
 def test_a_client_that_leaves_does_not_cancel_the_retrieval_others_wait_for() -> None:
     async def run() -> None:
         store = StubStore()
-        cached = retriever(store)
+        embedder = CountingEmbedder(held=True)
+        cached = retriever(store, embedder)
         first = asyncio.ensure_future(cached.retrieve("acme", SETTINGS, "What is covered?"))
-        await asyncio.sleep(0)
+        await wait_until_async(lambda: embedder.calls, timeout=5, interval=0.001,
+                               what="the first request's retrieval to reach the model")
         second = asyncio.ensure_future(cached.retrieve("acme", SETTINGS, "What is covered?"))
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one event-loop turn: the second request joins the retrieval under way
         first.cancel()
+        embedder.release()
         result = await second
         assert result.passages and "acme" in result.passages[0].text and store.searches == 1
 

@@ -14,7 +14,9 @@ import pytest
 
 from policies.cache_salt import salt_policy
 from proxy.auth.keys import OPEN_TENANT
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
+from tests.support.waiting import wait_until
 
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
 SALT_SECRET = "relay-salt-secret-0123"
@@ -117,21 +119,13 @@ def _open_stream(gateway: str, body: dict[str, Any]) -> socket.socket:
     return sock
 
 
-def _wait_for(condition: Callable[[], bool], timeout: float) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if condition():
-            return time.monotonic() - started
-        time.sleep(0.02)
-    raise AssertionError(f"condition not met within {timeout} s")
-
-
 def test_client_leaving_mid_stream_closes_upstream(gateway: str, fake: FakeServer) -> None:
     before = stats(fake)["disconnects"]
     sock = _open_stream(gateway, {**CHAT, "stream": True, "max_tokens": 400, "fake_delay_ms": 20})
     assert b"200 OK" in sock.recv(4096)
     sock.close()
-    _wait_for(lambda: stats(fake)["disconnects"] > before, timeout=1.0)
+    wait_until(lambda: stats(fake)["disconnects"] > before, timeout=1.0, interval=0.02,
+               what="the upstream to see its request dropped", state=lambda: stats(fake))
     assert stats(fake)["active"] == 0
 
 
@@ -139,6 +133,7 @@ def test_client_leaving_before_first_byte_closes_upstream(gateway: str, fake: Fa
     """While the engine is still in prefill nothing is written, so only a receive-side watch notices."""
     before = stats(fake)["disconnects"]
     sock = _open_stream(gateway, {**CHAT, "model": "fake-hang", "stream": True})
-    _wait_for(lambda: stats(fake)["active"] > 0, timeout=2.0)
+    wait_until(lambda: stats(fake)["active"] > 0, timeout=2.0, interval=0.02, what="the request to reach the upstream")
     sock.close()
-    _wait_for(lambda: stats(fake)["disconnects"] > before, timeout=1.0)
+    wait_until(lambda: stats(fake)["disconnects"] > before, timeout=1.0, interval=0.02,
+               what="the upstream to see its request dropped", state=lambda: stats(fake))

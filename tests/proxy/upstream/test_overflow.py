@@ -13,7 +13,8 @@ import pytest
 
 from proxy.config.load import ConfigError, load_config
 from proxy.engine.process import free_port
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.metrics_text import sample_sum
 from tests.support.servers import serve_in_thread

@@ -3,44 +3,21 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import FakeServer, pool
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateways import gateway_processes
 from tests.support.metrics_text import sample_sum
+from tests.support.replica_choice import PROMPTS, ask, served_by
 from tests.support.servers import free_port, serve_in_thread
-
-PROMPTS = [f"You are assistant number {n} of ACME. " + "Follow the house rules and cite sources. " * 30
-           for n in range(8)]
-
-
-@pytest.fixture
-def replicas() -> Iterator[list[FakeServer]]:
-    with ExitStack() as stack:
-        fakes = [FakeUpstream() for _ in range(2)]
-        yield [FakeServer(stack.enter_context(serve_in_thread(app)), app) for app in fakes]
-
-
-def _ask(proxy: str, system: str, question: str) -> None:
-    body = {"model": "fake-model", "max_tokens": 2, "messages": [
-        {"role": "system", "content": system}, {"role": "user", "content": question}]}
-    response = httpx.post(proxy + "/v1/chat/completions", json=body, timeout=10)
-    assert response.status_code == 200, response.text
-
-
-def _served_by(replicas: list[FakeServer], question: str) -> int:
-    """Index of the replica that received the request whose user message is ``question``."""
-    hits = [index for index, fake in enumerate(replicas)
-            if any(b["messages"][-1]["content"] == question for b in fake.app.stats.recent_bodies)]
-    assert len(hits) == 1, hits
-    return hits[0]
+from tests.support.waiting import wait_until
 
 
 def _placement(proxies: list[str], replicas: list[FakeServer]) -> dict[int, set[int]]:
@@ -49,8 +26,8 @@ def _placement(proxies: list[str], replicas: list[FakeServer]) -> dict[int, set[
     for number, system in enumerate(PROMPTS):
         for turn in range(6):
             question = f"prompt {number} question {turn}: where is order {turn * 37}?"
-            _ask(proxies[turn % len(proxies)], system, question)
-            placed.setdefault(number, set()).add(_served_by(replicas, question))
+            ask(proxies[turn % len(proxies)], system, question)
+            placed.setdefault(number, set()).add(served_by(replicas, question))
     return placed
 
 
@@ -89,15 +66,15 @@ def test_a_hot_prompt_spills_to_the_next_replica_past_the_load_bound(start_proxy
     proxy = start_proxy({"pools": [pool("p", *(r.base_url for r in replicas), home_slack=0,
                                         warm_memory_s=warm_memory_s)]})
 
-    def ask(turn: int) -> int:
+    def ask_hot(turn: int) -> int:
         question = f"hot question {turn}"
         body = {"model": "fake-model", "max_tokens": 2, "fake_delay_ms": 400, "messages": [
             {"role": "system", "content": PROMPTS[0]}, {"role": "user", "content": question}]}
         assert httpx.post(proxy + "/v1/chat/completions", json=body, timeout=10).status_code == 200
-        return _served_by(replicas, question)
+        return served_by(replicas, question)
 
     with ThreadPoolExecutor(10) as pool_of_threads:
-        served = list(pool_of_threads.map(ask, range(10)))
+        served = list(pool_of_threads.map(ask_hot, range(10)))
     counts = [served.count(0), served.count(1)]
     assert min(counts) >= 3 and max(counts) <= 7, counts
     # /metrics says why: the home replica's requests as home; on the other, the first spill as spilled
@@ -158,13 +135,13 @@ def test_active_checks_eject_a_dead_replica_before_any_request_fails(start_proxy
 
 def _wait_for_metric(proxy: str, sample: str, value: float, timeout: float = 10) -> None:
     """Poll /metrics until the exact sample line reads ``value`` (fails after ``timeout`` seconds)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        lines = httpx.get(proxy + "/metrics").text.splitlines()
-        if any(line.startswith(sample + " ") and float(line.split()[-1]) == value for line in lines):
-            return
-        assert time.monotonic() < deadline, [line for line in lines if "replica_healthy" in line]
-        time.sleep(0.05)
+
+    def lines() -> list[str]:
+        return httpx.get(proxy + "/metrics").text.splitlines()
+
+    wait_until(lambda: any(line.startswith(sample + " ") and float(line.split()[-1]) == value for line in lines()),
+               timeout=timeout, what=f"{sample} to read {value}",
+               state=lambda: [line for line in lines() if "replica_healthy" in line])
 
 
 def test_no_usable_replica_answers_503_at_once_with_retry_after(start_proxy: Callable[..., str]) -> None:

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -17,43 +17,40 @@ from policies.health import EjectionRules
 from proxy.config.pools import EngineMetrics
 from proxy.upstream.replica import Replica
 from proxy.upstream.replica_load import read_replica
-from tests.conftest import FakeServer, pool
-from tests.proxy.upstream.test_pools import PROMPTS, _ask, _served_by
-from tests.support.fake_upstream import FakeUpstream
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
 from tests.support.gateways import gateway_processes
 from tests.support.metrics_text import sample_sum
-from tests.support.servers import serve_in_thread
+from tests.support.replica_choice import PROMPTS, ask, served_by
+from tests.support.waiting import wait_until
 
 FAST = {"engine_metrics": {"interval": 0.1}}
-
-
-@pytest.fixture
-def replicas() -> Iterator[list[FakeServer]]:
-    with ExitStack() as stack:
-        fakes = [FakeUpstream() for _ in range(2)]
-        yield [FakeServer(stack.enter_context(serve_in_thread(app)), app) for app in fakes]
 
 
 def _metrics(proxy: str) -> str:
     return httpx.get(proxy + "/metrics").text
 
 
-def _until(proxy: str, name: str, replica: FakeServer, value: float, timeout: float = 5) -> str:
-    """prefixgate's /metrics once its ``name`` for ``replica`` reads ``value``."""
-    deadline = time.monotonic() + timeout
-    while True:
+def _until(proxy: str, name: str, replica: FakeServer, value: float, timeout: float = 10) -> str:
+    """prefixgate's /metrics once its ``name`` for ``replica`` reads ``value`` (fails after ``timeout`` s)."""
+
+    def reading() -> float:
+        return sample_sum(_metrics(proxy), name, pool="p", replica=replica.base_url)
+
+    def page_with_value() -> str | None:
         text = _metrics(proxy)
-        if sample_sum(text, name, pool="p", replica=replica.base_url) == value or time.monotonic() > deadline:
-            return text
-        time.sleep(0.05)
+        return text if sample_sum(text, name, pool="p", replica=replica.base_url) == value else None
+
+    return wait_until(page_with_value, timeout=timeout, what=f"{name} of {replica.base_url} to read {value}",
+                      state=reading)
 
 
 def _served(proxy: str, replicas: list[FakeServer], system: str, tag: str) -> list[int]:
     served = []
     for turn in range(4):
         question = f"{tag} question {turn}"
-        _ask(proxy, system, question)
-        served.append(_served_by(replicas, question))
+        ask(proxy, system, question)
+        served.append(served_by(replicas, question))
     return served
 
 
@@ -93,11 +90,18 @@ def test_a_reading_that_stops_coming_stops_counting(start_proxy: Callable[..., s
 
 
 def test_upstreams_without_vllm_metrics_route_on_this_process_alone(
-        start_proxy: Callable[..., str], replicas: list[FakeServer]) -> None:
+        start_proxy: Callable[..., str], replicas: list[FakeServer], caplog: pytest.LogCaptureFixture) -> None:
     for replica in replicas:
         replica.app.serves_metrics = False
+    caplog.set_level(logging.INFO, logger="prefixgate")
     proxy = start_proxy({"pools": [pool("p", *(r.base_url for r in replicas), **FAST)]})
-    time.sleep(0.3)
+
+    def answered_without_vllm_metrics() -> set[str]:  # logged once a replica's first reading is done
+        return {r.base_url for r in replicas for record in caplog.records
+                if f"replica {r.base_url} of pool 'p' serves no vLLM metrics" in record.getMessage()}
+
+    wait_until(lambda: len(answered_without_vllm_metrics()) == 2, timeout=10,
+               what="each replica's first reading of /metrics", state=answered_without_vllm_metrics)
     text = _metrics(proxy)
     assert [sample_sum(text, "prefixgate_engine_up", pool="p", replica=r.base_url) for r in replicas] == [0, 0]
     assert "prefixgate_engine_running{" not in text
@@ -114,7 +118,7 @@ def test_the_engine_figures_follow_the_engine(start_proxy: Callable[..., str], r
         text = _until(proxy, "prefixgate_engine_running", target, 1)
         assert sample_sum(text, "prefixgate_engine_running", pool="p", replica=target.base_url) == 1
         assert sample_sum(text, "prefixgate_engine_others_requests", pool="p", replica=target.base_url) == 0
-    _ask(proxy, "system", "one more")
+    ask(proxy, "system", "one more")
     text = _until(proxy, "prefixgate_engine_prefix_cache_hit_rate", target, 0.75)
     assert sample_sum(text, "prefixgate_engine_prefix_cache_hit_rate", pool="p", replica=target.base_url) == 0.75
 
@@ -134,15 +138,14 @@ def test_a_gateway_process_sees_the_requests_another_one_holds(tmp_path: Path, r
     config = {"pools": [pool("p", *(r.base_url for r in replicas), engine_metrics={"interval": interval})]}
     with gateway_processes(config, tmp_path, 2) as (first, second), ThreadPoolExecutor(5) as held:
         answers = [held.submit(_slow, first, f"held {n}", 3000) for n in range(5)]
-        deadline = time.monotonic() + 5
-        while sum(r.app.stats.active for r in replicas) < 5 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        home = _served_by(replicas, "held 0")
-        assert [_served_by(replicas, f"held {n}") for n in range(5)] == [home] * 5
+        wait_until(lambda: sum(r.app.stats.active for r in replicas) >= 5, timeout=5, interval=0.02,
+                   what="the five held requests to reach the replicas")
+        home = served_by(replicas, "held 0")
+        assert [served_by(replicas, f"held {n}") for n in range(5)] == [home] * 5
         if interval:
             _until(second, "prefixgate_engine_others_requests", replicas[home], 5)
         assert _slow(second, "next", 1) == 200
-        assert _served_by(replicas, "next") == (1 - home if interval else home)
+        assert served_by(replicas, "next") == (1 - home if interval else home)
         assert [answer.result() for answer in answers] == [200] * 5
 
 

@@ -8,8 +8,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -17,7 +17,8 @@ import orjson
 import pytest
 
 from proxy.engine.process import free_port
-from tests.conftest import pool
+from tests.support.configs import pool
+from tests.support.waiting import wait_until, wait_until_async
 
 ROOT = Path(__file__).resolve().parents[3]
 STREAMS = 12
@@ -32,20 +33,21 @@ def upstreams() -> Iterator[list[tuple[subprocess.Popen[bytes], str]]]:
                                    cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         started.append((process, f"http://127.0.0.1:{port}"))
     for process, origin in started:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(origin + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline and process.poll() is None, "the fake upstream did not start"
-            time.sleep(0.1)
+        wait_until(partial(_healthy, process, origin), timeout=30, interval=0.1,
+                   what=f"the fake upstream at {origin} to start")
     yield started
     for process, _ in started:
         if process.poll() is None:
             process.kill()
         process.wait(10)
+
+
+def _healthy(process: subprocess.Popen[bytes], origin: str) -> bool:
+    assert process.poll() is None, "the fake upstream exited"
+    try:
+        return httpx.get(origin + "/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def active(origin: str) -> int:
@@ -69,10 +71,9 @@ def test_streams_on_a_killed_upstream_end_with_an_error_event_and_the_others_fin
                 "model": "fake-model", "stream": True, "fake_tokens": 60, "fake_delay_ms": 50,
                 "messages": [{"role": "user", "content": f"Conversation {n} about something else entirely."}]}))
                 for n in range(STREAMS)]
-            deadline = time.monotonic() + 10
-            while await asyncio.to_thread(lambda: active(victim_origin) + active(survivor_origin)) < STREAMS:
-                assert time.monotonic() < deadline, "the streams did not all start"
-                await asyncio.sleep(0.05)
+            await wait_until_async(
+                lambda: asyncio.to_thread(lambda: active(victim_origin) + active(survivor_origin) >= STREAMS),
+                timeout=10, what="all the streams to start")
             on_victim = await asyncio.to_thread(active, victim_origin)
             os.kill(victim.pid, signal.SIGKILL)
             return await asyncio.gather(*calls), on_victim

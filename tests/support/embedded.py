@@ -1,0 +1,78 @@
+"""The real engine, started the way a user starts prefixgate: `prefixgate serve` with no upstream, so it
+launches vLLM itself (the ``embedded`` session fixture runs one for every engine test)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.support.servers import free_port
+from tests.support.waiting import wait_until
+
+ENGINE_MODEL = "prefixgate-tiny"
+
+
+@dataclass
+class Embedded:
+    proxy: str  # prefixgate origin
+    engine: str  # vLLM origin
+    model: str
+    data_dir: Path
+
+
+@contextmanager
+def embedded_gateway(data_dir: Path, timeout: float = 420) -> Iterator[Embedded]:
+    """`prefixgate serve` with its own engine, its config, logs and data under ``data_dir``; yields once
+    it is ready, sends it SIGTERM afterwards (SIGKILL to its process group if it does not stop)."""
+    proxy_port, engine_port = free_port(), free_port()
+    config_path = data_dir / "embedded.yaml"
+    config_path.write_text(yaml.safe_dump({
+        "server": {"port": proxy_port},
+        "engine": {"port": engine_port, "served_model_name": ENGINE_MODEL},
+        "data_dir": str(data_dir),
+    }))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFIXGATE_")}
+    log = open(data_dir / "prefixgate.log", "wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "serve", "--config", str(config_path)],
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+    )
+    proxy = f"http://127.0.0.1:{proxy_port}"
+    try:
+        wait_ready(proxy, process, data_dir, timeout=timeout)
+        yield Embedded(proxy, f"http://127.0.0.1:{engine_port}", ENGINE_MODEL, data_dir)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+        log.close()
+
+
+def wait_ready(proxy: str, process: subprocess.Popen[bytes], data_dir: Path, timeout: float) -> None:
+    """Until ``proxy`` answers /ready with 200; fails with the end of its logs if the process exits first."""
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            logs = (data_dir / "prefixgate.log").read_text(errors="replace")[-4000:]
+            engine_log = data_dir / "engine.log"
+            if engine_log.exists():
+                logs += "\n--- engine.log ---\n" + engine_log.read_text(errors="replace")[-4000:]
+            pytest.fail(f"prefixgate serve exited with {process.returncode}:\n{logs}")
+        try:
+            return httpx.get(proxy + "/ready", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(ready, timeout=timeout, interval=0.5, what="prefixgate with the embedded engine to become ready")
