@@ -5,8 +5,9 @@ Redis it keeps them only for a few seconds, so a hot key is read from Redis at m
 replica per few seconds, and a Redis outage costs a miss (never an error): the gateway then skips
 Redis for ``retry_s`` instead of paying a failed round trip on every request, and the entries it
 made in the meantime live in the front tier for their full TTL so Qdrant and the engine are not hit
-at once. Both tiers are aiocache backends; this module only adds the tiering and the breaker, which
-aiocache does not have.
+at once. Redis is aiocache's backend; the front tier is a cachetools ``TLRUCache`` (per-entry TTLs
+on the gateway's clock, the least recently used dropped past ``FRONT_ENTRIES``). This module adds
+the tiering and the breaker, which neither library has.
 """
 
 from __future__ import annotations
@@ -17,14 +18,22 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 import orjson
-from aiocache import RedisCache, SimpleMemoryCache
+from aiocache import RedisCache
 from aiocache.serializers import BaseSerializer
+from cachetools import TLRUCache
 
 from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.redis import RedisConfig
 from proxy.observability.metrics import Metrics
 
 log = logging.getLogger("prefixgate")
+
+FRONT_ENTRIES = 50_000  # entries the in-process tier holds at most; the least recently used go first
+
+
+def _expiry(key: str, entry: tuple[Any, float], now: float) -> float:
+    """When a front-tier entry expires: it carries its own TTL."""
+    return now + entry[1]
 
 
 class _Orjson(BaseSerializer):
@@ -62,7 +71,7 @@ class TieredCache:
         decode: Callable[[Any], Any] = lambda value: value,
         on_event: Callable[[str], None] | None = None, clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self.front = SimpleMemoryCache(timeout=None)
+        self.front: TLRUCache[str, tuple[Any, float]] = TLRUCache(FRONT_ENTRIES, _expiry, timer=clock)
         self.redis = redis
         self.front_ttl = front_ttl
         self.retry_s = retry_s
@@ -87,7 +96,8 @@ class TieredCache:
             self.on_event("error")
 
     async def get(self, key: str) -> Any:
-        value = await self.front.get(key)
+        entry = self.front.get(key)
+        value = None if entry is None else entry[0]
         if value is not None or not self._redis_usable():
             return value
         assert self.redis is not None
@@ -99,7 +109,7 @@ class TieredCache:
         if raw is None:
             return None
         value = self.decode(raw)
-        await self.front.set(key, value, ttl=self.front_ttl)
+        self.front[key] = (value, self.front_ttl)
         if self.on_event is not None:
             self.on_event("shared_hit")
         return value
@@ -107,19 +117,19 @@ class TieredCache:
     async def put(self, key: str, value: Any, ttl: float) -> None:
         """Store for ``ttl`` seconds: in Redis, and in front for a few seconds (all of ttl when Redis is out)."""
         if not self._redis_usable():
-            await self.front.set(key, value, ttl=ttl)
+            self.front[key] = (value, ttl)
             return
         assert self.redis is not None
-        await self.front.set(key, value, ttl=min(ttl, self.front_ttl))
+        self.front[key] = (value, min(ttl, self.front_ttl))
         try:
             await self.redis.set(key, value, ttl=float(ttl))
         except Exception:
             self._redis_failed("write")
-            await self.front.set(key, value, ttl=ttl)
+            self.front[key] = (value, ttl)
 
     async def clear(self) -> None:
         """The front tier only: Redis entries belong to every replica and expire by TTL."""
-        await self.front.clear()
+        self.front.clear()
 
     async def aclose(self) -> None:
         if self.redis is not None:

@@ -32,6 +32,7 @@ class MicroBatcher(Generic[Item, Result]):
     def __init__(
         self, run_batch: Callable[[list[Item]], Awaitable[list[Result | Exception]]], *,
         max_batch: int = 32, max_wait: float = 0.0, on_batch: Callable[[int], None] | None = None,
+        call_later: Callable[[float, Callable[[], None]], asyncio.TimerHandle] | None = None,
     ) -> None:
         self.run_batch = run_batch
         self.on_batch = on_batch  # told each batch's size (the gateway feeds a histogram)
@@ -42,6 +43,7 @@ class MicroBatcher(Generic[Item, Result]):
         self._timer: asyncio.TimerHandle | None = None
         self._busy = False
         self._running: set[asyncio.Task[None]] = set()
+        self._call_later = call_later  # the event loop's, unless a test schedules the window itself
 
     async def submit(self, item: Item) -> Result:
         loop = asyncio.get_running_loop()
@@ -51,7 +53,7 @@ class MicroBatcher(Generic[Item, Result]):
             if len(self._pending) >= self.max_batch:
                 self._flush()
             elif self._timer is None:
-                self._timer = loop.call_later(self.max_wait, self._flush)
+                self._timer = (self._call_later or loop.call_later)(self.max_wait, self._flush)
         return await future
 
     def _flush(self) -> None:

@@ -5,7 +5,6 @@ routing by predicted output length."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -15,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.clock import FakeClock
 from tests.support.configs import make_config, pool
 from tests.support.fake_server import FakeServer
 from tests.support.fake_upstream import FakeUpstream
@@ -140,8 +140,9 @@ def limiter_unavailable(proxy: str, action: str) -> float:
 def test_with_redis_stopped_limits_hold_per_process_and_are_shared_again_when_it_returns(
     fake: FakeServer, start_proxy: Callable[..., str], redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
+    clock = FakeClock()  # the pause after a failed Redis call (retry_s) runs on it
     first, second = (start_proxy(config(fake, {"requests_per_minute": 3}, redis={"url": redis_server.url,
-                                                                                 "retry_s": 0.3}))
+                                                                                 "retry_s": 0.3}), clock=clock)
                      for _ in range(2))
     ask = lambda proxy: httpx.post(proxy + "/v1/chat/completions", json=chat(max_tokens=4), headers=AUTH)  # noqa: E731
     assert ask(first).status_code == 200  # one of three, shared
@@ -153,15 +154,17 @@ def test_with_redis_stopped_limits_hold_per_process_and_are_shared_again_when_it
     assert limiter_unavailable(first, "local") == 4 and limiter_unavailable(second, "local") == 4
     assert any("limits hold per process" in r.getMessage() for r in caplog.records)
     redis_server.start()  # same port, empty: the shared window starts again
-    time.sleep(0.4)  # past retry_s
+    clock.advance(0.4)  # past retry_s
     assert [ask(first).status_code for _ in range(2)] + [ask(second).status_code for _ in range(2)] == [200] * 3 + [429]
 
 
 def test_with_redis_stopped_and_limits_when_down_refuse_limited_requests_get_503_until_it_returns(
     fake: FakeServer, start_proxy: Callable[..., str], redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
+    clock = FakeClock()
     proxy = start_proxy(config(fake, {"requests_per_minute": 100},
-                               redis={"url": redis_server.url, "retry_s": 0.3, "limits_when_down": "refuse"}))
+                               redis={"url": redis_server.url, "retry_s": 0.3, "limits_when_down": "refuse"}),
+                        clock=clock)
     answer = httpx.post(proxy + "/v1/chat/completions", json=chat(max_tokens=4), headers=AUTH)
     assert answer.status_code == 200
     redis_server.stop()
@@ -176,7 +179,7 @@ def test_with_redis_stopped_and_limits_when_down_refuse_limited_requests_get_503
     assert limiter_unavailable(proxy, "refused") == 3
     assert any("limited requests are refused" in r.getMessage() for r in caplog.records)
     redis_server.start()
-    time.sleep(0.4)
+    clock.advance(0.4)  # past retry_s
     assert httpx.post(proxy + "/v1/chat/completions", json=chat(max_tokens=4), headers=AUTH).status_code == 200
 
 

@@ -14,6 +14,7 @@ from policies.evidence import Passage
 from proxy.caches.tiered import TieredCache, tiered_cache
 from proxy.config.redis import RedisConfig
 from proxy.retrieval.passage_cache import RetrievalCache
+from tests.support.clock import FakeClock
 from tests.support.configs import pool
 from tests.support.fake_server import FakeServer
 from tests.support.metrics_text import sample_sum
@@ -59,13 +60,14 @@ def test_an_answer_stored_through_one_replica_is_a_hit_on_another(
 def test_with_redis_gone_answers_still_flow_and_sharing_resumes_when_it_returns(
     fake: FakeServer, start_proxy: Callable[..., str], redis_server: RedisServer
 ) -> None:
-    first, second = (start_proxy(gateway_config(fake, redis_server.url)) for _ in range(2))
+    clock = FakeClock()  # the pause after a failed Redis call (retry_s) runs on it
+    first, second = (start_proxy(gateway_config(fake, redis_server.url), clock=clock) for _ in range(2))
     redis_server.stop()
     assert ask(first).headers["x-prefixgate-answer-cache"] == "miss"
     assert ask(first).headers["x-prefixgate-answer-cache"] == "hit"  # kept in process meanwhile
     assert shared_events(first, "error") >= 1
     redis_server.start()  # same port, empty
-    time.sleep(0.4)  # past retry_s
+    clock.advance(0.4)  # past retry_s
     assert ask(first, "Name two rivers.").headers["x-prefixgate-answer-cache"] == "miss"
     assert ask(second, "Name two rivers.").headers["x-prefixgate-answer-cache"] == "hit"
 
@@ -94,8 +96,9 @@ def test_front_tier_entries_are_short_lived_and_redis_keeps_the_full_ttl(redis_s
     async def run() -> None:
         events: list[str] = []
         settings = RedisConfig(url=redis_server.url, front_ttl_s=0.1)
-        writer = tiered_cache(settings, "answers")
-        reader = tiered_cache(settings, "answers")
+        clock = FakeClock()
+        writer = tiered_cache(settings, "answers", clock=clock)
+        reader = tiered_cache(settings, "answers", clock=clock)
         reader.on_event = events.append
         await writer.put("k", {"answer": 42}, ttl=60)
         assert await reader.get("k") == {"answer": 42} and events == ["shared_hit"]
@@ -103,7 +106,7 @@ def test_front_tier_entries_are_short_lived_and_redis_keeps_the_full_ttl(redis_s
         client = aioredis.from_url(redis_server.url)
         assert 59_000 < await client.pttl("prefixgate:answers:k") <= 60_000
         await client.delete("prefixgate:answers:k")
-        await asyncio.sleep(0.15)
+        clock.advance(0.15)
         assert await reader.get("k") is None and await writer.get("k") is None  # both front tiers expired
         await client.aclose()
         await writer.aclose()
@@ -131,9 +134,12 @@ def test_passages_survive_the_round_trip_through_redis(redis_server: RedisServer
 
 def test_without_redis_the_in_process_tier_keeps_entries_for_their_whole_ttl() -> None:
     async def run() -> None:
-        cache = TieredCache(front_ttl=0.01)
+        clock = FakeClock()
+        cache = TieredCache(front_ttl=0.01, clock=clock)
         await cache.put("k", "v", ttl=60)
-        await asyncio.sleep(0.05)
+        clock.advance(59.9)
         assert await cache.get("k") == "v" and not cache.shared
+        clock.advance(0.2)
+        assert await cache.get("k") is None
 
     asyncio.run(run())

@@ -4,6 +4,7 @@ the callers it belongs to, and nothing hangs."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -24,13 +25,20 @@ async def test_concurrent_questions_share_calls_and_each_gets_its_own_vector() -
 
 async def test_texts_arriving_while_a_batch_runs_go_together_next() -> None:
     embedder = CountingEmbedder(held=True)
-    batcher = MicroBatcher(embedder.embed, max_batch=32, max_wait=0.001)
+    windows: list[asyncio.TimerHandle] = []
+
+    def call_later(delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        windows.append(asyncio.get_running_loop().call_later(delay, callback))
+        return windows[-1]
+
+    batcher = MicroBatcher(embedder.embed, max_batch=32, max_wait=0.001, call_later=call_later)
     first = asyncio.ensure_future(batcher.submit("first"))
     await wait_until_async(lambda: embedder.calls, timeout=5, interval=0.001, what="the first batch to reach the model")
     late = []
-    for i in range(5):  # spaced wider than max_wait, all while the first batch is in the model (held there)
-        await asyncio.sleep(0.003)
+    for i in range(5):  # each in a turn of its own, all while the first batch is in the model (held there)
         late.append(asyncio.ensure_future(batcher.submit(f"late {i}")))
+        await asyncio.sleep(0)  # one event-loop turn: the item is in, and no window opened for it
+    assert len(windows) == 1  # the first item's: later ones wait for the running batch, not for a window
     embedder.release()
     await asyncio.gather(first, *late)
     assert embedder.calls == [["first"], [f"late {i}" for i in range(5)]]

@@ -14,6 +14,7 @@ from proxy.retrieval.embeddings import VectorCache
 from proxy.retrieval.passage_cache import RetrievalCache, cache_key
 from proxy.retrieval.retriever import Retriever
 from proxy.retrieval.vector_store import SearchQuery
+from tests.support.clock import FakeClock
 from tests.support.embedders import CountingEmbedder
 from tests.support.metrics_text import sample_sum
 from tests.support.waiting import wait_until_async
@@ -152,10 +153,11 @@ def test_empty_results_live_shorter_and_every_ttl_is_jittered() -> None:
 
 def test_entries_expire() -> None:
     async def run() -> None:
-        cache = RetrievalCache(ttl=0.05, empty_ttl=0.05, jitter=0)
+        clock = FakeClock()
+        cache = RetrievalCache(ttl=0.05, empty_ttl=0.05, jitter=0, store=TieredCache(clock=clock))
         await cache.put("k", ())
         assert await cache.get("k") == ()
-        await asyncio.sleep(0.12)
+        clock.advance(0.12)
         assert await cache.get("k") is None
 
     asyncio.run(run())

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.clock import FakeClock
 from tests.support.configs import pool
 from tests.support.fake_server import FakeServer
 from tests.support.fake_upstream import FakeUpstream
@@ -100,19 +101,20 @@ def test_a_dead_replica_is_ejected_after_consecutive_failures(start_proxy: Calla
     the warm-up): the dead replica costs at most eject_after failed requests, then every request goes
     to the live one; back at the same address, it takes requests again."""
     live, dying = FakeUpstream(), FakeUpstream()
+    clock = FakeClock()  # the back-off runs on it
     port = free_port()
     with serve_in_thread(live) as live_url:
         with serve_in_thread(dying, port=port) as dying_url:
             proxy = start_proxy({"pools": [pool("p", live_url + "/v1", dying_url + "/v1", balance="least_loaded",
                                                 retries=0, health={"interval": 0, "eject_after": 2, "backoff": 3.0},
-                                                engine_metrics={"interval": 0})]})
+                                                engine_metrics={"interval": 0})]}, clock=clock)
             assert all(_chat(proxy, f"warm {n}").status_code == 200 for n in range(4))
             assert dying.stats.completed == 2
         statuses = [_chat(proxy, f"after {n}").status_code for n in range(20)]
         assert statuses.count(502) <= 2 and all(s == 200 for s in statuses[4:]), statuses
         assert live.stats.completed == 2 + statuses.count(200)
         with serve_in_thread(dying, port=port):  # the replica comes back
-            time.sleep(3.2)  # its back-off runs out; the next request is its half-open probe
+            clock.advance(3.2)  # its back-off runs out; the next request is its half-open probe
             assert all(_chat(proxy, f"back {n}").status_code == 200 for n in range(6))
             assert dying.stats.completed > 2
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,6 +16,7 @@ from policies.health import EjectionRules
 from proxy.config.pools import EngineMetrics
 from proxy.upstream.replica import Replica
 from proxy.upstream.replica_load import read_replica
+from tests.support.clock import FakeClock
 from tests.support.configs import pool
 from tests.support.fake_server import FakeServer
 from tests.support.gateways import gateway_processes
@@ -75,7 +75,8 @@ def test_requests_others_queued_at_a_replica_move_its_prefix_elsewhere(
 
 def test_a_reading_that_stops_coming_stops_counting(start_proxy: Callable[..., str],
                                                     replicas: list[FakeServer]) -> None:
-    proxy = start_proxy({"pools": [pool("p", *(r.base_url for r in replicas), **FAST)]})
+    clock = FakeClock()  # readings stay fresh for three intervals on it, until it moves
+    proxy = start_proxy({"pools": [pool("p", *(r.base_url for r in replicas), **FAST)]}, clock=clock)
     system = PROMPTS[1]
     home = _served(proxy, replicas, system, "alone")[0]
     busy = replicas[home]
@@ -84,7 +85,7 @@ def test_a_reading_that_stops_coming_stops_counting(start_proxy: Callable[..., s
     busy.app.serves_metrics = False  # the engine still answers requests, no longer its metrics
     text = _until(proxy, "prefixgate_engine_up", busy, 0)
     assert sample_sum(text, "prefixgate_engine_up", pool="p", replica=busy.base_url) == 0
-    time.sleep(0.4)  # three intervals: the last reading is too old to count
+    clock.advance(0.4)  # three intervals: the last reading is too old to count
     assert sample_sum(_metrics(proxy), "prefixgate_engine_others_requests", pool="p", replica=busy.base_url) == 0
     assert _served(proxy, replicas, system, "stale") == [home] * 4
 
