@@ -23,7 +23,7 @@ from redis.exceptions import RedisError
 from policies.limits import WINDOW_SECONDS, Entry, RateLimits, SlidingWindow, Verdict
 from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.redis import RedisConfig
-from proxy.retrieval.micro_batch import MicroBatcher
+from proxy.micro_batch import MicroBatcher
 
 log = logging.getLogger("prefixgate")
 

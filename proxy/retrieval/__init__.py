@@ -1,3 +1,3 @@
-"""Context from the tenant's documents: embeddings, the vector store, micro-batching, the passage
-cache, and the answer made of passages when the model cannot answer.
+"""Context from the tenant's documents: embeddings, the vector store, the passage cache, the context
+step of a chat request, and the answer made of passages when the model cannot answer.
 """

@@ -1,6 +1,6 @@
 """Query and chunk embeddings: the offline MiniLM by default, any /v1/embeddings endpoint by config.
 
-Both sit behind one small protocol, ``Embedder``; the retriever puts a ``proxy.retrieval.micro_batch.MicroBatcher``
+Both sit behind one small protocol, ``Embedder``; the retriever puts a ``proxy.micro_batch.MicroBatcher``
 in front of either, so the single questions of concurrent requests go to it as one batch.
 """
 

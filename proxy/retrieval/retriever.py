@@ -18,9 +18,9 @@ from proxy.caches.tiered import tiered_cache
 from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.gateway import Config
 from proxy.config.retrieval import TenantRetrieval
+from proxy.micro_batch import MicroBatcher
 from proxy.observability.metrics import Metrics
 from proxy.retrieval.embeddings import Embedder, LocalMiniLM, RemoteEmbeddings, VectorCache
-from proxy.retrieval.micro_batch import MicroBatcher
 from proxy.retrieval.passage_cache import RetrievalCache, cache_key
 from proxy.retrieval.vector_store import SearchQuery, VectorStore
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from proxy.retrieval.micro_batch import MicroBatcher
+from proxy.micro_batch import MicroBatcher
 from tests.support.embedders import CountingEmbedder
 from tests.support.waiting import wait_until_async
 
