@@ -27,7 +27,7 @@ from policies.types import Rejection, RequestView
 USAGE_OPTION = b'{"include_usage":true}'
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallPlan:
     caps: TokenCaps | None  # the pool's max_tokens limits, with the tenant's action; None: it sets none
     salt: str | None  # the cache_salt to send; None: send none (and drop the client's, if it sent one)
@@ -36,7 +36,7 @@ class CallPlan:
     announce_pool: bool  # say which pool took it (x-prefixgate-pool)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ShapedBody:
     raw: bytes  # what goes upstream
     body: dict[str, Any]  # the same, parsed: what admission charges and the answer cache keys on

@@ -53,17 +53,18 @@ class RequestHeaders:
 
     @classmethod
     def of(cls, scope: Scope) -> RequestHeaders:
-        headers = cls()
+        authorization = length = pool = None
+        retrieval = True
         for name, value in scope["headers"]:
             if name == b"authorization":
-                headers.authorization = value.decode("latin-1")
+                authorization = value.decode("latin-1")
             elif name == b"content-length":
-                headers.length = value
+                length = value
             elif name == x_prefixgate.RETRIEVAL:
-                headers.retrieval = value.strip().lower() != b"off"
+                retrieval = value.strip().lower() != b"off"
             elif name == x_prefixgate.POOL:
-                headers.pool = value.decode("latin-1").strip()
-        return headers
+                pool = value.decode("latin-1").strip()
+        return cls(authorization, length, retrieval, pool)
 
 
 @dataclass(slots=True)
@@ -139,8 +140,9 @@ class Preparation:
         shaped = shape_body(prompt.raw, prompt.body, prompt.changed, plan)
         if isinstance(shaped, Rejection):
             raise Refused(shaped)
-        await self.charge(shaped, tenant, pool, announce=plan.announce_pool)
-        answer = self.answer_slot(shaped, tenant)
+        if self.admitted is not None or plan.announce_pool:
+            await self.charge(shaped, tenant, pool, announce=plan.announce_pool)
+        answer = self.answer_slot(shaped, tenant) if shaped.answer_cache else None
         if answer is not None and await self.replay(answer, view, send):
             return None
         prompt.raw = shaped.raw
@@ -163,8 +165,10 @@ class Preparation:
         view = validate_request(self.endpoint, decoded)
         if isinstance(view, Rejection):
             raise Refused(view)
-        self.mark = self.record.stage("request", self.mark)
-        self.record.note(model=view.model, stream=view.stream)
+        record = self.record
+        self.mark = record.stage("request", self.mark)
+        if record.entry is not None:
+            record.note(model=view.model, stream=view.stream)
         return view, raw
 
     async def shape_prompt(self, view: RequestView, raw: bytes, tenant: TenantPolicy,
@@ -178,7 +182,8 @@ class Preparation:
         rewrite = rewrite_chat(prompt.body, tenant.prompt)
         prompt.body, prompt.changed = rewrite.body, rewrite.changed
         self.record.stage("canonicalize", self.mark)
-        self.record.note(relocated=rewrite.moved)
+        if self.record.entry is not None:
+            self.record.note(relocated=rewrite.moved)
         self.headers = [(b"x-prefixgate-volatile", str(rewrite.detected).encode()),
                         (b"x-prefixgate-relocated", str(rewrite.moved).encode()),
                         (b"x-prefixgate-templated", str(rewrite.templated).encode())]
