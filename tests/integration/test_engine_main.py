@@ -9,10 +9,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
 import yaml
@@ -20,6 +18,7 @@ import yaml
 from proxy.engine.tiny_model import ensure_tiny_model
 from tests.support.embedded import Embedded
 from tests.support.servers import free_port
+from tests.support.waiting import answers, wait_until
 
 pytestmark = pytest.mark.engine
 
@@ -39,18 +38,22 @@ def test_a_gateway_killed_with_sigkill_takes_its_engine_with_it(embedded: Embedd
                                    stdout=log, stderr=subprocess.STDOUT, env=env)
     engine_processes: list[psutil.Process] = []
     try:
-        deadline = time.monotonic() + 300
-        while not _answers(f"http://127.0.0.1:{gateway_port}/ready"):
-            assert gateway.poll() is None and time.monotonic() < deadline, (tmp_path / "gateway.log").read_text()
-            time.sleep(0.5)
+        log = tmp_path / "gateway.log"
+
+        def ready() -> bool:
+            assert gateway.poll() is None, log.read_text()  # exited: its log says why
+            return answers(f"http://127.0.0.1:{gateway_port}/ready")
+
+        wait_until(ready, timeout=300, interval=0.5, what="prefixgate with the embedded engine to become ready",
+                   state=log.read_text)
         assert "tiny demo model" not in (tmp_path / "gateway.log").read_text()  # it was there already: not built
         engine_processes = psutil.Process(gateway.pid).children(recursive=True)
-        assert engine_processes and _answers(f"http://127.0.0.1:{engine_port}/health")
+        assert engine_processes and answers(f"http://127.0.0.1:{engine_port}/health")
         gateway.kill()  # SIGKILL: nothing in the gateway runs
         gateway.wait(10)
         _, alive = psutil.wait_procs(engine_processes, timeout=60)
         assert not alive, [(p.pid, p.name()) for p in alive]
-        assert not _answers(f"http://127.0.0.1:{engine_port}/health")  # its port is free again
+        assert not answers(f"http://127.0.0.1:{engine_port}/health")  # its port is free again
     finally:
         if gateway.poll() is None:
             gateway.kill()
@@ -58,9 +61,3 @@ def test_a_gateway_killed_with_sigkill_takes_its_engine_with_it(embedded: Embedd
             if process.is_running():
                 process.send_signal(signal.SIGKILL)
 
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False

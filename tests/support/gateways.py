@@ -7,13 +7,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 
 from proxy.app import create_app
@@ -21,6 +20,7 @@ from proxy.config.gateway import Config
 from proxy.connections.protocol import GuardedHttpToolsProtocol
 from proxy.engine.process import free_port
 from tests.support.servers import serve_in_thread
+from tests.support.waiting import answers, wait_until
 
 
 @contextmanager
@@ -47,12 +47,9 @@ def gateway_processes(config: dict[str, Any], workdir: Path, count: int, timeout
                                        env={**env, "PYTHONHASHSEED": str(11 * (index + 1))},
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             started.append((process, f"http://127.0.0.1:{port}"))
-        deadline = time.monotonic() + timeout
         for process, origin in started:
-            while not _ready(origin):
-                assert process.poll() is None, "prefixgate serve exited"
-                assert time.monotonic() < deadline, "prefixgate serve did not become ready"
-                time.sleep(0.2)
+            wait_until(partial(answers, origin + "/ready", process), timeout=timeout, interval=0.2,
+                       what=f"prefixgate serve at {origin} to become ready")
         yield [origin for _, origin in started]
     finally:
         for process, _ in started:
@@ -60,9 +57,3 @@ def gateway_processes(config: dict[str, Any], workdir: Path, count: int, timeout
         for process, _ in started:
             process.wait(30)
 
-
-def _ready(origin: str) -> bool:
-    try:
-        return httpx.get(origin + "/ready", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False

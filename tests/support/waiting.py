@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
+
+import httpx
 
 T = TypeVar("T")
 
@@ -56,3 +59,14 @@ async def wait_until_async(condition: Callable[[], T | Awaitable[T]], *, timeout
         if loop.time() >= deadline:
             raise _timed_out(what, timeout, state)
         await asyncio.sleep(interval)
+
+
+def answers(url: str, process: subprocess.Popen[bytes] | None = None, timeout: float = 2) -> bool:
+    """A condition for ``wait_until``: ``url`` answers 200. With ``process``, the wait fails at once if
+    that process has exited, instead of running out its timeout."""
+    if process is not None:
+        assert process.poll() is None, f"the process serving {url} exited with {process.returncode}"
+    try:
+        return httpx.get(url, timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False

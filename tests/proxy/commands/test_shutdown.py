@@ -22,7 +22,7 @@ import yaml
 from proxy.engine.process import free_port
 from tests.support.configs import pool
 from tests.support.fake_server import FakeServer
-from tests.support.waiting import wait_until
+from tests.support.waiting import answers, wait_until
 
 
 @contextmanager
@@ -35,20 +35,14 @@ def serving(fake: FakeServer, tmp_path: Path, **server: object) -> Iterator[tupl
     process = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--config", str(config)], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_until(partial(_healthy, process, port), timeout=60, interval=0.2, what="prefixgate to start")
+        wait_until(partial(answers, f"http://127.0.0.1:{port}/health", process), timeout=60, interval=0.2,
+                   what="prefixgate to start")
         yield process, port
     finally:
         if process.poll() is None:
             process.kill()
             process.wait(10)
 
-
-def _healthy(process: subprocess.Popen[bytes], port: int) -> bool:
-    assert process.poll() is None, "prefixgate exited before it answered"
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def stream_under_way(port: int, tokens: int, delay_ms: int) -> tuple[threading.Thread, list[bytes]]:

@@ -18,7 +18,7 @@ import pytest
 
 from proxy.engine.process import free_port
 from tests.support.configs import pool
-from tests.support.waiting import wait_until, wait_until_async
+from tests.support.waiting import answers, wait_until, wait_until_async
 
 ROOT = Path(__file__).resolve().parents[3]
 STREAMS = 12
@@ -33,7 +33,7 @@ def upstreams() -> Iterator[list[tuple[subprocess.Popen[bytes], str]]]:
                                    cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         started.append((process, f"http://127.0.0.1:{port}"))
     for process, origin in started:
-        wait_until(partial(_healthy, process, origin), timeout=30, interval=0.1,
+        wait_until(partial(answers, origin + "/health", process), timeout=30, interval=0.1,
                    what=f"the fake upstream at {origin} to start")
     yield started
     for process, _ in started:
@@ -41,13 +41,6 @@ def upstreams() -> Iterator[list[tuple[subprocess.Popen[bytes], str]]]:
             process.kill()
         process.wait(10)
 
-
-def _healthy(process: subprocess.Popen[bytes], origin: str) -> bool:
-    assert process.poll() is None, "the fake upstream exited"
-    try:
-        return httpx.get(origin + "/health", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def active(origin: str) -> int:
