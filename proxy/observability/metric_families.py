@@ -1,10 +1,14 @@
-"""The metric families of a gateway's registry, declared in groups; ``Metrics`` observes into them."""
+"""The metric families of a gateway's registry, declared in groups; ``Metrics`` observes into them.
+Each group is made with the ``MetricKinds`` the process wants (plain tallies, or memory-mapped values
+shared by several workers)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
+
+from proxy.observability.tallies import CounterFamily, HistogramFamily, MetricKinds
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 PREFIX_TOKEN_BUCKETS = (0, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
@@ -18,56 +22,56 @@ TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75,
 class TrafficFamilies:
     """Requests and answers: counts, durations, stages, tokens, time to first token, upstream failures."""
 
-    requests: Counter
-    tokens: Counter
-    tpot: Histogram
-    stage: Histogram
-    duration: Histogram
-    ttft: Histogram
-    upstream_errors: Counter
-    upstream_retries: Counter
+    requests: CounterFamily
+    tokens: CounterFamily
+    tpot: HistogramFamily
+    stage: HistogramFamily
+    duration: HistogramFamily
+    ttft: HistogramFamily
+    upstream_errors: CounterFamily
+    upstream_retries: CounterFamily
 
     @classmethod
-    def register(cls, registry: CollectorRegistry) -> TrafficFamilies:
+    def register(cls, registry: CollectorRegistry, kinds: MetricKinds) -> TrafficFamilies:
         return cls(
-            requests=Counter(
+            requests=kinds.counter(
                 "prefixgate_requests", "Requests answered, by route, tenant, pool (none: refused before one "
                 "was chosen) and HTTP status (499: the client left).",
                 ["route", "tenant", "pool", "status"], registry=registry,
             ),
-            tokens=Counter(
+            tokens=kinds.counter(
                 "prefixgate_tokens", "Tokens of answered requests by tenant, pool and kind (prompt, completion), "
                 "from the engine's usage (asked for on every stream); events are counted where an upstream sends none.",
                 ["tenant", "pool", "kind"], registry=registry,
             ),
-            tpot=Histogram(
+            tpot=kinds.histogram(
                 "prefixgate_time_per_output_token_seconds",
                 "Streamed answers: time from the first chunk to the last over completion tokens after the first.",
                 ["pool"], buckets=TPOT_BUCKETS, registry=registry,
             ),
-            stage=Histogram(
+            stage=kinds.histogram(
                 "prefixgate_stage_seconds", "Time per request stage: auth (API key to tenant), request (body read, "
                 "validation), canonicalize (prompt rewrite), admission (limits), upstream (replica taken to last "
                 "byte); "
                 "retrieval's embed, search and select; the queue is prefixgate_queue_wait_seconds.",
                 ["stage"], buckets=LATENCY_BUCKETS, registry=registry,
             ),
-            duration=Histogram(
+            duration=kinds.histogram(
                 "prefixgate_request_duration_seconds",
                 "Time from request arrival to the last byte sent, by route and status.",
                 ["route", "status"], buckets=LATENCY_BUCKETS, registry=registry,
             ),
-            ttft=Histogram(
+            ttft=kinds.histogram(
                 "prefixgate_time_to_first_token_seconds",
                 "Time from request arrival to the first streamed chunk relayed to the client.",
                 ["route"], buckets=TTFT_BUCKETS, registry=registry,
             ),
-            upstream_errors=Counter(
+            upstream_errors=kinds.counter(
                 "prefixgate_upstream_errors", "Failed upstream exchanges, by pool, replica and kind (connect, "
                 "timeout, broken, status_5xx, ...).",
                 ["pool", "replica", "kind"], registry=registry,
             ),
-            upstream_retries=Counter(
+            upstream_retries=kinds.counter(
                 "prefixgate_upstream_retries", "Requests tried again on another replica, by pool.",
                 ["pool"], registry=registry,
             ),
@@ -79,35 +83,35 @@ class RoutingFamilies:
     """Where requests went and what held them back: pool and replica choices, queues, shedding, rate
     limits, length predictions."""
 
-    shed: Counter
-    queue_wait: Histogram
-    pool_choices: Counter
-    replica_choices: Counter
-    rate_limited: Counter
-    limiter_unavailable: Counter
-    clamped: Counter
-    output_tokens: Histogram
-    predictions: Counter
+    shed: CounterFamily
+    queue_wait: HistogramFamily
+    pool_choices: CounterFamily
+    replica_choices: CounterFamily
+    rate_limited: CounterFamily
+    limiter_unavailable: CounterFamily
+    clamped: CounterFamily
+    output_tokens: HistogramFamily
+    predictions: CounterFamily
 
     @classmethod
-    def register(cls, registry: CollectorRegistry) -> RoutingFamilies:
+    def register(cls, registry: CollectorRegistry, kinds: MetricKinds) -> RoutingFamilies:
         return cls(
-            shed=Counter(
+            shed=kinds.counter(
                 "prefixgate_shed", "Requests a pool turned away before any engine work, by pool and reason "
                 "(queue_full, queue_share_exceeded, queue_timeout, no_healthy_upstream).",
                 ["pool", "reason"], registry=registry,
             ),
-            queue_wait=Histogram(
+            queue_wait=kinds.histogram(
                 "prefixgate_queue_wait_seconds", "Time requests to a pool with max_in_flight waited for a slot.",
                 ["pool"], buckets=LATENCY_BUCKETS, registry=registry,
             ),
-            pool_choices=Counter(
+            pool_choices=kinds.counter(
                 "prefixgate_pool_choices", "Requests by the pool that took them and why: model (the first pool "
                 "serving the model), length (predicted output length), named (x-prefixgate-pool), overflow (the "
                 "chosen pool shed it); the first three are counted before admission.",
                 ["pool", "reason"], registry=registry,
             ),
-            replica_choices=Counter(
+            replica_choices=kinds.counter(
                 "prefixgate_replica_choices", "Requests by the replica chosen and why: home (the prompt prefix's "
                 "own replica), warm (another replica that served the prefix lately: less loaded than the home, or "
                 "the home was over the load bound or ejected), spilled (the home was over the bound or ejected and "
@@ -115,25 +119,25 @@ class RoutingFamilies:
                 "key), single (the pool's only replica); retries are prefixgate_upstream_retries.",
                 ["pool", "replica", "reason"], registry=registry,
             ),
-            rate_limited=Counter(
+            rate_limited=kinds.counter(
                 "prefixgate_rate_limited", "Requests refused by a tenant rate limit, by tenant and limit "
                 "(requests, tokens, too_large: the request alone exceeds the token limit).",
                 ["tenant", "limit"], registry=registry,
             ),
-            limiter_unavailable=Counter(
+            limiter_unavailable=kinds.counter(
                 "prefixgate_limiter_unavailable", "Requests whose rate limits Redis could not check, by what was done "
                 "(local: limited by this process alone; refused: answered 503, redis.limits_when_down).",
                 ["action"], registry=registry,
             ),
-            clamped=Counter(
+            clamped=kinds.counter(
                 "prefixgate_admission_adjusted", "Requests whose max_tokens admission set or clamped, by tenant.",
                 ["tenant"], registry=registry,
             ),
-            output_tokens=Histogram(
+            output_tokens=kinds.histogram(
                 "prefixgate_output_tokens", "Completion tokens per request by pool: predicted p90 and actual.",
                 ["pool", "kind"], buckets=OUTPUT_TOKEN_BUCKETS, registry=registry,
             ),
-            predictions=Counter(
+            predictions=kinds.counter(
                 "prefixgate_length_predictions", "Answers at or below their predicted p90 length (within) or above it.",
                 ["pool", "outcome"], registry=registry,
             ),
@@ -144,52 +148,52 @@ class RoutingFamilies:
 class PromptFamilies:
     """The prompt's stable prefix, and retrieval with its caches."""
 
-    stable_tokens: Histogram
-    stable_ratio: Histogram
-    moved: Counter
-    embedding_batch: Histogram
-    retrieval_cache: Counter
-    embedding_cache: Counter
-    retrieval_failures: Counter
-    shared_cache: Counter
+    stable_tokens: HistogramFamily
+    stable_ratio: HistogramFamily
+    moved: CounterFamily
+    embedding_batch: HistogramFamily
+    retrieval_cache: CounterFamily
+    embedding_cache: CounterFamily
+    retrieval_failures: CounterFamily
+    shared_cache: CounterFamily
 
     @classmethod
-    def register(cls, registry: CollectorRegistry) -> PromptFamilies:
+    def register(cls, registry: CollectorRegistry, kinds: MetricKinds) -> PromptFamilies:
         return cls(
-            stable_tokens=Histogram(
+            stable_tokens=kinds.histogram(
                 "prefixgate_stable_prefix_tokens",
                 "Estimated tokens (4 characters each) at the start of a prompt, after the rewrite, that equal "
                 "the start of the same tenant's previous prompt: what the engine's prefix cache can reuse.",
                 ["tenant"], buckets=PREFIX_TOKEN_BUCKETS, registry=registry,
             ),
-            stable_ratio=Histogram(
+            stable_ratio=kinds.histogram(
                 "prefixgate_stable_prefix_ratio",
                 "Share of a prompt's characters, after the rewrite, that repeat the tenant's previous prompt.",
                 ["tenant"], buckets=RATIO_BUCKETS, registry=registry,
             ),
-            moved=Counter(
+            moved=kinds.counter(
                 "prefixgate_volatile_spans_moved", "Volatile spans taken out of prompt prefixes, by tenant.",
                 ["tenant"], registry=registry,
             ),
-            embedding_batch=Histogram(
+            embedding_batch=kinds.histogram(
                 "prefixgate_embedding_batch_size", "Questions per embedding call after micro-batching.",
                 buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=registry,
             ),
-            retrieval_cache=Counter(
+            retrieval_cache=kinds.counter(
                 "prefixgate_retrieval_cache",
                 "Retrievals answered from the passage cache (hit), by one already running (joined) or computed (miss).",
                 ["result"], registry=registry,
             ),
-            embedding_cache=Counter(
+            embedding_cache=kinds.counter(
                 "prefixgate_embedding_cache", "Question vectors found in the per-process vector cache (hit) or "
                 "computed (miss); asked only when the passage cache had no answer.",
                 ["result"], registry=registry,
             ),
-            retrieval_failures=Counter(
+            retrieval_failures=kinds.counter(
                 "prefixgate_retrieval_failures", "Requests that went on without context because retrieval failed.",
                 registry=registry,
             ),
-            shared_cache=Counter(
+            shared_cache=kinds.counter(
                 "prefixgate_shared_cache",
                 "Redis-backed caches: reads Redis answered (shared_hit), failed calls (error).",
                 ["cache", "event"], registry=registry,

@@ -1,5 +1,5 @@
-"""Prometheus metrics, one registry per app (no module globals), label children cached; with
-several workers, summed over all of them (``render_all_workers``)."""
+"""Prometheus metrics, one registry per app (no module globals), label children cached; in one
+process kept as plain tallies, with several workers summed over all of them (``render_all_workers``)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import asyncio
 import os
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.multiprocess import mark_process_dead
 
 from proxy.observability.connection_metrics import ConnectionMetrics
 from proxy.observability.load_metrics import LoadCollector, LoadGauges
 from proxy.observability.metric_families import PromptFamilies, RoutingFamilies, TrafficFamilies
+from proxy.observability.tallies import LOCAL_KINDS, SHARED_KINDS, CounterChild, HistogramChild
 from proxy.observability.worker_metrics import forget_dead_workers, multiprocess_dir, render_all_workers
 
 if TYPE_CHECKING:
@@ -31,10 +32,11 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._labelled: frozenset[str] = frozenset()
-        self._traffic = TrafficFamilies.register(self.registry)
-        self._routing = RoutingFamilies.register(self.registry)
-        self._prompt = PromptFamilies.register(self.registry)
         self._folder = multiprocess_dir()  # set when this process is one of several workers
+        kinds = LOCAL_KINDS if self._folder is None else SHARED_KINDS
+        self._traffic = TrafficFamilies.register(self.registry, kinds)
+        self._routing = RoutingFamilies.register(self.registry, kinds)
+        self._prompt = PromptFamilies.register(self.registry, kinds)
         self.load: LoadCollector | LoadGauges
         if self._folder is None:
             self.load = LoadCollector()
@@ -42,12 +44,12 @@ class Metrics:
         else:
             self.load = LoadGauges()
         self._publisher: asyncio.Task[None] | None = None
-        self._children: dict[tuple[str, ...], tuple[Counter, Histogram]] = {}
-        self._answer_children: dict[tuple[str, str], tuple[Counter, Counter, Histogram]] = {}
-        self._stage_children: dict[str, Histogram] = {}
-        self._tenant_children: dict[str, tuple[Histogram, Histogram, Counter]] = {}
-        self._ttft_children: dict[str, Histogram] = {}
-        self._choice_children: dict[tuple[str, ...], Counter] = {}
+        self._children: dict[tuple[str, ...], tuple[CounterChild, HistogramChild]] = {}
+        self._answer_children: dict[tuple[str, str], tuple[CounterChild, CounterChild, HistogramChild]] = {}
+        self._stage_children: dict[str, HistogramChild] = {}
+        self._tenant_children: dict[str, tuple[HistogramChild, HistogramChild, CounterChild]] = {}
+        self._ttft_children: dict[str, HistogramChild] = {}
+        self._choice_children: dict[tuple[str, ...], CounterChild] = {}
         self.connections = ConnectionMetrics(self.registry)
 
     def label_tenants(self, tenants: list[str], most: int) -> None:
