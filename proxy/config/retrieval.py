@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
+from policies.boilerplate import BoilerplateRule
 from proxy.config.frozen import Frozen as _Frozen
 
 
@@ -48,6 +49,19 @@ class RetrievalConfig(_Frozen):
     """ingestion: chunk size in the embedding model's tokens (MiniLM reads at most 256)"""
     chunk_overlap: int = Field(32, ge=0)
     """ingestion: tokens each chunk repeats from the one before (less than `chunk_tokens`)"""
+
+    boilerplate: bool = True
+    """ingestion: leave out of the embedded and indexed text the paragraphs (headers, footers, navigation) that many of
+    the tenant's documents in the collection repeat word for word"""
+    boilerplate_min_documents: int = Field(3, ge=2)
+    """ingestion: a paragraph is boilerplate only when at least this many documents hold it"""
+    boilerplate_min_share: float = Field(0.3, gt=0, le=1)
+    """ingestion: and when at least this share of the collection's documents hold it"""
+
+    def boilerplate_rule(self) -> BoilerplateRule | None:
+        if not self.boilerplate:
+            return None
+        return BoilerplateRule(self.boilerplate_min_documents, self.boilerplate_min_share)
 
     @model_validator(mode="after")
     def _overlap_fits(self) -> RetrievalConfig:

@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from policies.evidence import EvidencePolicy, Passage, render_evidence, select_evidence, with_evidence  # noqa: E402
-from proxy.commands.ingest import ingest  # noqa: E402
 from proxy.retrieval.embeddings import LocalMiniLM  # noqa: E402
+from proxy.retrieval.ingestion import ingest  # noqa: E402
 from proxy.retrieval.retriever import passage_budget_tokens  # noqa: E402
 from proxy.retrieval.vector_store import VectorStore  # noqa: E402
 from tests.bench import machine  # noqa: E402

@@ -17,8 +17,8 @@ import openai
 import pytest
 
 from policies.evidence import EvidencePolicy, render_evidence, select_evidence
-from proxy.commands.ingest import ingest
 from proxy.retrieval.embeddings import LocalMiniLM
+from proxy.retrieval.ingestion import ingest
 from proxy.retrieval.retriever import passage_budget_tokens
 from proxy.retrieval.vector_store import VectorStore
 from tests.support.configs import pool

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.commands.ingest import ingest
 from proxy.retrieval.embeddings import LocalMiniLM
+from proxy.retrieval.ingestion import ingest
 from proxy.retrieval.vector_store import VectorStore
 from tests.support.configs import pool
 from tests.support.fake_server import FakeServer

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,13 +11,13 @@ from pathlib import Path
 from proxy.retrieval.vector_store import VectorStore
 
 
-def _ingest(tmp_path: Path, tenant: str) -> subprocess.CompletedProcess[str]:
+def _ingest(tmp_path: Path, tenant: str, *options: str) -> subprocess.CompletedProcess[str]:
     """The command as a user runs it, with an empty config: no keys, so every request is tenant 'default'."""
     document = tmp_path / "returns.md"
     document.write_text("# Returns\n\nItems may be returned within 30 days.")
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("PREFIXGATE_")},
            "PREFIXGATE_DATA_DIR": str(tmp_path)}
-    return subprocess.run([sys.executable, "-m", "proxy", "ingest", str(document), "--tenant", tenant, "--quiet"],
+    return subprocess.run([sys.executable, "-m", "proxy", "ingest", str(document), "--tenant", tenant, *options],
                           capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -25,14 +26,16 @@ def _ingest_beside_a_gateway(tmp_path: Path, tenant: str) -> subprocess.Complete
     would."""
     gateway_store = VectorStore.open(dimensions=384, path=tmp_path / "qdrant")
     try:
-        return _ingest(tmp_path, tenant)
+        return _ingest(tmp_path, tenant, "--quiet")
     finally:
         gateway_store.client.sync.close()
 
 
-async def test_ingest_with_the_folder_free_stores_the_chunks(tmp_path: Path) -> None:
+async def test_ingest_with_the_folder_free_stores_the_chunks_and_says_how_fast(tmp_path: Path) -> None:
     done = _ingest(tmp_path, "default")
     assert done.returncode == 0 and "ingested 1 documents as 1 chunks" in done.stdout, done
+    assert re.search(r" in \d+\.\d s: \d+\.\d documents/s, \d+\.\d chunks/s$", done.stdout.strip()), done.stdout
+    assert re.search(r"ingest: 100%.*doc/s, \d+\.\d chunks/s\]", done.stderr), done.stderr  # the progress bar
     store = VectorStore.open(dimensions=384, path=tmp_path / "qdrant")
     try:
         assert await store.count("prefixgate", "default") == 1

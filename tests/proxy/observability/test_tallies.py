@@ -59,7 +59,7 @@ def test_a_counter_refuses_to_go_down_and_a_family_its_wrong_labels() -> None:
 
 def test_buckets_out_of_order_are_refused_like_prometheus_client_refuses_them() -> None:
     for kinds in (LOCAL_KINDS, SHARED_KINDS):
-        with pytest.raises(ValueError, match="(?i)sorted order"):
+        with pytest.raises(ValueError, match=r"(?i)sorted order"):
             kinds.histogram("demo_size", "Sizes.", buckets=(1, 0.5), registry=CollectorRegistry())
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from proxy.commands.ingest import ingest
 from proxy.retrieval.embeddings import LocalMiniLM
+from proxy.retrieval.ingestion import ingest
 from proxy.retrieval.vector_store import VectorStore
 from tests.support.corpus import DOCUMENTS, write_corpus
 

@@ -16,10 +16,7 @@ import httpx
 import pytest
 
 from policies.evidence import FOOTER, HEADER
-from proxy.commands.ingest import IngestReport, html_text, ingest
-from proxy.retrieval.vector_store import VectorStore
 from tests.support.configs import pool
-from tests.support.embedders import CountingEmbedder
 from tests.support.fake_server import FakeServer
 from tests.support.servers import free_port
 from tests.support.tenant_corpus import KEYS, config
@@ -113,28 +110,6 @@ def test_pdf_text_is_ingested_and_retrieved(fake: FakeServer, start_proxy: Calla
     ask(gateway, "globex", "How do I reset my router?")
     user = fake.app.stats.last_body["messages"][1]["content"]
     assert "hold the back button for ten seconds" in user and "router-manual.pdf (chunk" in user
-
-
-def test_an_unreadable_pdf_is_skipped_with_its_reason_and_the_rest_goes_in(tmp_path: Path) -> None:
-    (tmp_path / "good.txt").write_text("Plain text that goes in.")
-    (tmp_path / "damaged.pdf").write_bytes(b"%PDF-1.4\nthis is not a PDF body at all")
-
-    async def run() -> IngestReport:
-        store = VectorStore.open(dimensions=1, path=tmp_path / "qdrant")
-        try:
-            return await ingest([str(tmp_path)], tenant="t", collection="docs", embedder=CountingEmbedder(),
-                                store=store, chunk_tokens=64, chunk_overlap=8, progress=False)
-        finally:
-            await store.aclose()
-
-    report = asyncio.run(run())
-    assert report.documents == 1 and len(report.skipped) == 1
-    assert "damaged.pdf" in report.skipped[0] and "not a readable PDF" in report.skipped[0]
-
-
-def test_html_text_keeps_blocks_apart_and_drops_scripts() -> None:
-    html = "<p>One&amp;two</p><div>Three<br>Four</div><style>p{}</style><script>x()</script>"
-    assert html_text(html) == "One&two\n\nThree\n\nFour"
 
 
 def test_a_repeated_question_is_answered_from_the_passage_cache(

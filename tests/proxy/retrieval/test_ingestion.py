@@ -1,0 +1,102 @@
+"""Ingestion against the embedded store: boilerplate is judged over the tenant's whole collection, and
+every stored document follows the current judgement, whatever order documents came and went in."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+from policies.boilerplate import DEFAULT_RULE, BoilerplateRule
+from proxy.retrieval.ingestion import Ingestion
+from proxy.retrieval.reading import document_id
+from proxy.retrieval.vector_store import VectorStore
+from tests.support.embedders import CountingEmbedder
+
+FOOTER = "Questions? Write to help@acme.example, any day of the week, and we answer within a day."
+T = TypeVar("T")
+
+
+def write(root: Path, *names: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (root / f"{name}.md").write_text(f"# {name}\n\nWhat only the {name} page says.\n\n{FOOTER}\n")
+    return root
+
+
+def with_store(tmp_path: Path, work: Callable[[VectorStore], Awaitable[T]]) -> T:
+    async def run() -> T:
+        store = VectorStore.open(dimensions=1, path=tmp_path / "qdrant")
+        try:
+            return await work(store)
+        finally:
+            await store.aclose()
+
+    return asyncio.run(run())
+
+
+def ingestion(store: VectorStore, tenant: str = "acme", rule: BoilerplateRule | None = DEFAULT_RULE) -> Ingestion:
+    return Ingestion(store, CountingEmbedder(), collection="docs", tenant=tenant, chunk_tokens=64, chunk_overlap=8,
+                     boilerplate=rule)
+
+
+async def stored_texts(store: VectorStore, tenant: str = "acme") -> dict[str, str]:
+    """Each stored document's chunks as one text, by file name."""
+    texts: dict[str, str] = {}
+    for chunk in sorted(await store.search("docs", tenant, [1.0], 200), key=lambda c: (c.doc_id, c.index)):
+        name = Path(chunk.doc_id).stem
+        texts[name] = texts.get(name, "") + chunk.text
+    return texts
+
+
+def test_a_footer_that_becomes_common_leaves_the_documents_ingested_before_it_did(tmp_path: Path) -> None:
+    async def work(store: VectorStore) -> None:
+        first = await ingestion(store).add([str(write(tmp_path / "one", "pricing", "refunds"))], progress=False)
+        assert first.boilerplate == 0  # two pages are not enough to call anything boilerplate
+        assert all(FOOTER in text for text in (await stored_texts(store)).values())
+        second = await ingestion(store).add([str(write(tmp_path / "two", "trial", "invoices"))], progress=False)
+        assert (second.documents, second.boilerplate, second.rechunked) == (2, 1, 2)
+        texts = await stored_texts(store)
+        assert sorted(texts) == ["invoices", "pricing", "refunds", "trial"]
+        for name, text in texts.items():
+            assert FOOTER not in text and f"What only the {name} page says." in text
+
+    with_store(tmp_path, work)
+
+
+def test_removing_pages_until_the_footer_is_rare_puts_it_back_in_the_rest(tmp_path: Path) -> None:
+    root = write(tmp_path / "docs", "pricing", "refunds", "trial", "invoices")
+
+    async def work(store: VectorStore) -> None:
+        assert (await ingestion(store).add([str(root)], progress=False)).boilerplate == 1
+        for name in ("trial", "invoices"):
+            assert await ingestion(store).remove(document_id(root / f"{name}.md")) == 1
+        texts = await stored_texts(store)
+        assert sorted(texts) == ["pricing", "refunds"]
+        assert all(FOOTER in text for text in texts.values())
+
+    with_store(tmp_path, work)
+
+
+def test_another_tenants_pages_do_not_make_a_tenants_paragraph_boilerplate(tmp_path: Path) -> None:
+    async def work(store: VectorStore) -> None:
+        await ingestion(store, "globex").add([str(write(tmp_path / "globex", "a", "b", "c", "d"))], progress=False)
+        report = await ingestion(store, "acme").add([str(write(tmp_path / "acme", "pricing", "refunds"))],
+                                                    progress=False)
+        assert report.boilerplate == 0
+        assert all(FOOTER in text for text in (await stored_texts(store, "acme")).values())
+        assert all(FOOTER not in text for text in (await stored_texts(store, "globex")).values())
+
+    with_store(tmp_path, work)
+
+
+def test_with_boilerplate_off_every_paragraph_is_indexed(tmp_path: Path) -> None:
+    root = write(tmp_path / "docs", "pricing", "refunds", "trial", "invoices")
+
+    async def work(store: VectorStore) -> None:
+        report = await ingestion(store, rule=None).add([str(root)], progress=False)
+        assert report.boilerplate == 0
+        assert all(FOOTER in text for text in (await stored_texts(store)).values())
+
+    with_store(tmp_path, work)
