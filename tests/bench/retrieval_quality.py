@@ -1,5 +1,5 @@
 """Retrieval quality on the help-center corpus: recall@1, @3, @5 and MRR by class of question, for
-dense search (MiniLM), BM25 and their fusion (RRF, several weights), each with the pages ingested
+dense search (MiniLM), BM25 and their fusion (RRF with several weights, dense first; DBSF), each with the pages ingested
 whole and with their boilerplate left out.
 
 Real parts: all-MiniLM-L6-v2 on the CPU, BM25 sparse vectors from Qdrant's own embedder
@@ -39,9 +39,13 @@ from tests.bench.report import write_block, write_result  # noqa: E402
 from tests.support.helpcenter import ARTICLES, CLASSES, Question, content_words, questions  # noqa: E402
 
 CANDIDATES = 20  # hits fetched per search, as retrieval.candidates' default
-# name -> (dense weight, BM25 weight); None: that search alone
-MODES: dict[str, tuple[float, float] | None] = {"dense": None, "bm25": None, "hybrid 1:1": (1.0, 1.0),
-                                                "hybrid 2:1": (2.0, 1.0), "hybrid 1:2": (1.0, 2.0)}
+# name -> (dense weight, BM25 weight) of Qdrant's weighted RRF (k = 2, Qdrant's default), which scores a hit at
+# position p of a source of weight w as 1 / (p / w + k - 1): a weight stretches or shrinks a source's ranks, so a
+# BM25 weight under 1 lets keyword hits move a document up a rank or two instead of outranking dense search.
+# None: that search alone, or DBSF (distribution-based score fusion).
+MODES: dict[str, tuple[float, float] | None] = {
+    "dense": None, "bm25": None, "rrf 1:1": (1.0, 1.0), "rrf 1:0.5": (1.0, 0.5), "rrf 1:0.25": (1.0, 0.25),
+    "rrf 1:0.1": (1.0, 0.1), "dbsf": None}
 
 
 def check_paraphrases(asked: list[Question]) -> None:
@@ -89,11 +93,11 @@ def search(client: QdrantClient, name: str, mode: str, dense: list[float], spars
     elif mode == "bm25":
         points = client.query_points(name, query=sparse, using="bm25", limit=CANDIDATES).points
     else:
-        assert weights is not None
         prefetch = [models.Prefetch(query=dense, using="dense", limit=CANDIDATES),
                     models.Prefetch(query=sparse, using="bm25", limit=CANDIDATES)]
-        points = client.query_points(name, prefetch=prefetch, limit=CANDIDATES,
-                                     query=models.RrfQuery(rrf=models.Rrf(weights=list(weights)))).points
+        fusion: models.Query = (models.FusionQuery(fusion=models.Fusion.DBSF) if weights is None
+                                else models.RrfQuery(rrf=models.Rrf(weights=list(weights), k=2)))
+        points = client.query_points(name, prefetch=prefetch, limit=CANDIDATES, query=fusion).points
     documents: list[str] = []
     for point in points:
         document = (point.payload or {})["doc"]

@@ -1,0 +1,210 @@
+"""The embedded vector store at 1k, 10k and 100k chunks: qdrant-client's local mode (prefixgate's
+embedded store today, one collection per tenant) against Qdrant Edge (``qdrant_edge.EdgeShard``: one
+shard, the tenant an indexed payload key, every search filtered on it).
+
+Per store and size, each in a fresh process (so its RSS is its own): ingest throughput (chunks/s in
+batches of 64, as ``prefixgate ingest`` stores them; Edge's index build after the last batch counted
+apart), search latency p50/p99 of single searches for 20 candidates within one tenant's chunks, the
+process's RSS after both, and for Edge the overlap of its top 20 with the exact top 20 (its HNSW
+index is approximate). Chunks are spread over 10 tenants and carry a payload like ingest's; vectors
+are seeded random unit vectors of MiniLM's 384 dimensions (search cost does not depend on what the
+vectors mean). Each cell is the median of ``--runs`` runs with its range.
+
+    python tests/bench/store_scale.py [--sizes 1000,10000,100000] [--runs 3] [--out docs/benchmarks.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import date
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from tests.bench import machine  # noqa: E402
+from tests.bench.report import write_block, write_result  # noqa: E402
+
+DIMENSIONS = 384
+TENANTS = 10
+BATCH = 64
+QUERIES = 300
+CANDIDATES = 20
+TEXT = "Passage text as ingest stores it, about one chunk's worth of characters. " * 11
+
+
+def dataset(size: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(size)
+    vectors = rng.standard_normal((size, DIMENSIONS)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    queries = rng.standard_normal((QUERIES, DIMENSIONS)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    return vectors, queries
+
+
+def payload(index: int) -> dict[str, Any]:
+    return {"tenant": f"t{index % TENANTS}", "doc_id": f"doc-{index // 8}", "chunk_index": index % 8, "text": TEXT,
+            "source": f"doc-{index // 8}.md", "start": 0, "end": len(TEXT)}
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def exact_top(vectors: np.ndarray, query: np.ndarray, tenant: int) -> set[int]:
+    ids = np.arange(tenant, len(vectors), TENANTS)
+    scores = vectors[ids] @ query
+    return set(ids[np.argsort(-scores)[:CANDIDATES]].tolist())
+
+
+def run_local(size: int, folder: Path) -> dict[str, float]:
+    """prefixgate's VectorStore over qdrant-client local mode, as the gateway and ingest use it."""
+    from proxy.retrieval.vector_store import StoredChunk, VectorStore
+
+    vectors, queries = dataset(size)
+
+    async def work() -> dict[str, float]:
+        store = VectorStore.open(dimensions=DIMENSIONS, path=folder)
+        started = time.perf_counter()
+        for tenant in range(TENANTS):
+            await store.ensure_collection("docs", f"t{tenant}")
+        for tenant in range(TENANTS):  # ingest runs per tenant, in batches of 64
+            ids = list(range(tenant, size, TENANTS))
+            for first in range(0, len(ids), BATCH):
+                await store.upsert("docs", f"t{tenant}", [
+                    StoredChunk(str(uuid.UUID(int=i)), vectors[i].tolist(), f"t{tenant}", f"doc-{i // 8}", i % 8,
+                                TEXT, f"doc-{i // 8}.md", 0, len(TEXT)) for i in ids[first:first + BATCH]])
+        ingest = time.perf_counter() - started
+        latencies = []
+        for number, query in enumerate(queries):
+            began = time.perf_counter()
+            await store.search("docs", f"t{number % TENANTS}", query.tolist(), CANDIDATES)
+            latencies.append((time.perf_counter() - began) * 1000)
+        await store.aclose()
+        p50, p99 = percentiles(latencies)
+        return {"ingest_per_s": size / ingest, "index_s": 0.0, "p50_ms": p50, "p99_ms": p99, "rss_mb": rss_mb(),
+                "overlap": 1.0}
+
+    return asyncio.run(work())
+
+
+def run_edge(size: int, folder: Path) -> dict[str, float]:
+    """One Qdrant Edge shard; the tenant is a tenant-keyed payload index and every search filters on it."""
+    import qdrant_edge as edge
+
+    vectors, queries = dataset(size)
+    config = edge.EdgeConfig(vectors=edge.EdgeVectorParams(size=DIMENSIONS, distance=edge.Distance.Cosine))
+    shard = edge.EdgeShard.create(str(folder), config)
+    shard.update(edge.UpdateOperation.create_field_index("tenant", edge.KeywordIndexParams(is_tenant=True)))
+    started = time.perf_counter()
+    for first in range(0, size, BATCH):
+        points = [edge.Point(i, vectors[i].tolist(), payload(i)) for i in range(first, min(first + BATCH, size))]
+        shard.update(edge.UpdateOperation.upsert_points(points))
+    shard.flush()
+    ingest = time.perf_counter() - started
+    indexing = time.perf_counter()
+    shard.optimize()
+    index_s = time.perf_counter() - indexing
+    latencies, overlaps = [], []
+    for number, query in enumerate(queries):
+        tenant = number % TENANTS
+        where = edge.Filter(must=[edge.FieldCondition(key="tenant", match=edge.MatchValue(f"t{tenant}"))])
+        request = edge.QueryRequest(limit=CANDIDATES, query=edge.Query.Nearest(query.tolist()), filter=where,
+                                    with_payload=True)
+        began = time.perf_counter()
+        hits = shard.query(request)
+        latencies.append((time.perf_counter() - began) * 1000)
+        overlaps.append(len({int(hit.id) for hit in hits} & exact_top(vectors, query, tenant)) / CANDIDATES)
+    shard.close()
+    p50, p99 = percentiles(latencies)
+    return {"ingest_per_s": size / ingest, "index_s": index_s, "p50_ms": p50, "p99_ms": p99, "rss_mb": rss_mb(),
+            "overlap": sum(overlaps) / len(overlaps)}
+
+
+def worker(store: str, size: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="pg-scale-") as folder:
+        run = run_local if store == "local" else run_edge
+        print("RESULT " + json.dumps(run(size, Path(folder) / "store")))
+
+
+def measure(store: str, size: int) -> dict[str, float]:
+    done = subprocess.run([sys.executable, __file__, "--worker", store, str(size)], capture_output=True, text=True,
+                          check=True, cwd=ROOT)
+    return json.loads(done.stdout.split("RESULT ", 1)[1])
+
+
+FIGURES = ("ingest_per_s", "index_s", "p50_ms", "p99_ms", "rss_mb", "overlap")
+
+
+def summarize(runs: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    return {name: {"median": median(run[name] for run in runs), "min": min(run[name] for run in runs),
+                   "max": max(run[name] for run in runs)} for name in FIGURES}
+
+
+def table(results: dict[str, Any]) -> str:
+    def cell(figure: dict[str, float], digits: int) -> str:
+        return f"{figure['median']:.{digits}f} [{figure['min']:.{digits}f}-{figure['max']:.{digits}f}]"
+
+    rows = ["| chunks | store | ingest chunks/s | index build s | search p50 ms | search p99 ms | RSS MB | "
+            "top-20 overlap with exact |", "|---|---|---|---|---|---|---|---|"]
+    for key, row in results.items():
+        size, store = key.split("/")
+        rows.append(f"| {int(size):,} | {store} | {cell(row['ingest_per_s'], 0)} | {cell(row['index_s'], 2)} | "
+                    f"{cell(row['p50_ms'], 3)} | {cell(row['p99_ms'], 3)} | {cell(row['rss_mb'], 0)} | "
+                    f"{cell(row['overlap'], 3)} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--stores", default="local,edge")
+    parser.add_argument("--worker", nargs=2, metavar=("STORE", "SIZE"), help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker[0], int(args.worker[1]))
+        return
+    results: dict[str, Any] = {}
+    for size in (int(s) for s in args.sizes.split(",")):
+        runs: dict[str, list[dict[str, float]]] = {store: [] for store in args.stores.split(",")}
+        for _ in range(args.runs):  # stores interleaved, so drift on a noisy machine hits both alike
+            for store in runs:
+                runs[store].append(measure(store, size))
+                print(f"{size} {store}: {runs[store][-1]}", flush=True)
+        for store, measured in runs.items():
+            results[f"{size}/{store}"] = summarize(measured)
+    command = "python tests/bench/store_scale.py " + " ".join(sys.argv[1:])
+    versions = ", ".join(v for v in (machine.version(name) for name in ("qdrant-client", "qdrant-edge-py")) if v)
+    when = date.today().isoformat()
+    block = "\n".join([
+        f"Command: `{command.strip()}`; run of {when} on {machine.machine()}; {versions}. Median of {args.runs} "
+        f"runs [range]; {TENANTS} tenants, {QUERIES} single searches for {CANDIDATES} candidates in one tenant's "
+        "chunks; local: one collection per tenant (brute force); edge: one shard, tenant-keyed payload index, "
+        "HNSW built by optimize() after ingest.", "", table(results), "", "Result file: `docs/store_scale.json`."])
+    write_result(Path(args.out), "store_scale", {"date": when, "machine": machine.machine(), "versions": versions,
+                                                 "command": command.strip(), "runs": args.runs}, results)
+    write_block(Path(args.out), "store_scale", block)
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
