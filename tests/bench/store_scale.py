@@ -5,7 +5,7 @@ shard, the tenant an indexed payload key, every search filtered on it).
 Per store and size, each in a fresh process (so its RSS is its own): ingest throughput (chunks/s in
 batches of 64, as ``prefixgate ingest`` stores them; Edge's index build after the last batch counted
 apart), search latency p50/p99 of single searches for 20 candidates within one tenant's chunks, the
-growth of the process's peak RSS over both (past its imports and the generated vectors), and for
+growth of the process's RSS over both (past its imports and the generated vectors), and for
 Edge the overlap of its top 20 with the exact top 20 (its HNSW index is approximate). Chunks are
 spread over 10 tenants and carry a payload like ingest's; vectors are seeded, of MiniLM's 384
 dimensions, grouped in topics (``dataset``). Each cell is the median of ``--runs`` runs with its
@@ -68,8 +68,9 @@ def payload(index: int) -> dict[str, Any]:
 
 
 def rss_mb() -> float:
-    """The process's peak resident memory so far; a run reports its growth past the vectors and imports."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """The process's resident memory now (not its peak: building the vectors peaks higher than the store)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize() / 2**20
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:
