@@ -43,6 +43,14 @@ def paragraph_key(paragraph: str) -> str:
     return hashlib.blake2b(normalized.encode(), digest_size=12).hexdigest()
 
 
+def keyed_paragraphs(text: str) -> dict[str, str]:
+    """Each paragraph of ``text`` under its key, in order (the first of repeats)."""
+    keyed: dict[str, str] = {}
+    for part in paragraphs(text):
+        keyed.setdefault(paragraph_key(part), part)
+    return keyed
+
+
 def document_keys(text: str) -> frozenset[str]:
     """The keys of the paragraphs a document holds (each once, however often it repeats it)."""
     return frozenset(paragraph_key(part) for part in paragraphs(text))

@@ -8,6 +8,8 @@ Boilerplate (``policies.boilerplate``) is judged over the tenant's whole collect
 stored before and this run's together. When a run, or a removal, changes which paragraphs are
 boilerplate, the stored documents holding one of them are chunked again from their recorded text
 (``DocumentRecords``), so every document follows the same rule whatever order the documents came in.
+Left out of every page, boilerplate is still kept once: one document of its own (``SHARED_ID``) holds
+each repeated paragraph, so the support address in a footer stays findable.
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from policies.boilerplate import DEFAULT_RULE, BoilerplateRule, count_documents, repeated_keys, without_boilerplate
+from policies.boilerplate import (
+    DEFAULT_RULE,
+    BoilerplateRule,
+    count_documents,
+    keyed_paragraphs,
+    repeated_keys,
+    without_boilerplate,
+)
 from policies.chunking import chunk_id, chunk_spans
 from proxy.retrieval.documents import DocumentRecord, DocumentRecords
 from proxy.retrieval.embeddings import Embedder
@@ -27,6 +36,8 @@ from proxy.retrieval.reading import UnreadableDocument, document_id, find_docume
 from proxy.retrieval.vector_store import StoredChunk, VectorStore
 
 EMBED_BATCH = 64
+SHARED_ID = ":repeated-paragraphs:"  # the document that holds one copy of the collection's boilerplate
+SHARED_SOURCE = "paragraphs repeated across documents"
 _WORDISH = re.compile(r"\s*\S+")
 
 
@@ -87,6 +98,7 @@ class Ingestion:
         await self.store.ensure_collection(self.collection, self.tenant)
         report, started = IngestReport(), time.monotonic()
         stored = await self.records.load(self.collection, self.tenant)
+        stored.pop(SHARED_ID, None)
         fresh: dict[str, DocumentRecord] = {}
         for path in find_documents(paths):
             try:
@@ -108,6 +120,7 @@ class Ingestion:
         bar.close()
         others = {doc_id: record for doc_id, record in stored.items() if doc_id not in fresh}
         report.rechunked = await self._follow(others, before ^ after, after)
+        await self._share(after, [record.text for record in fresh.values()], others)
         report.boilerplate = len(after)
         await self.store.bump_version(self.collection, self.tenant)
         report.seconds = time.monotonic() - started
@@ -116,6 +129,7 @@ class Ingestion:
     async def remove(self, doc_id: str) -> int:
         """Remove a document; returns how many chunks it had."""
         stored = await self.records.load(self.collection, self.tenant)
+        stored.pop(SHARED_ID, None)
         removed = await self.store.delete_document(self.collection, self.tenant, doc_id)
         await self.records.remove(self.collection, self.tenant, doc_id)
         if doc_id in stored:
@@ -123,6 +137,7 @@ class Ingestion:
             del stored[doc_id]
             after = boilerplate_of(stored.values(), self.rule)
             await self._follow(stored, before ^ after, after)
+            await self._share(after, [], stored)
         await self.store.bump_version(self.collection, self.tenant)
         return removed
 
@@ -155,6 +170,32 @@ class Ingestion:
                 await self._store(DocumentRecord(record.doc_id, record.source, record.keys, text), boilerplate)
                 again += 1
         return again
+
+
+    async def _share(self, boilerplate: frozenset[str], texts: list[str | None],
+                     stored: dict[str, DocumentRecord]) -> None:
+        """Store one copy of each boilerplate paragraph as the document ``SHARED_ID``, in a stable order
+        (the copy stored before first, then as found), or remove it when there is no boilerplate."""
+        previous = await self.records.text(self.collection, self.tenant, SHARED_ID)
+        if not boilerplate:
+            if previous is not None:
+                await self.store.delete_document(self.collection, self.tenant, SHARED_ID)
+                await self.records.remove(self.collection, self.tenant, SHARED_ID)
+            return
+        found: dict[str, str] = {}
+        for text in [previous, *texts]:
+            for key, paragraph in keyed_paragraphs(text or "").items():
+                if key in boilerplate:
+                    found.setdefault(key, paragraph)
+        for record in stored.values():
+            if record.keys & (boilerplate - found.keys()):
+                text = await self.records.text(self.collection, self.tenant, record.doc_id)
+                for key, paragraph in keyed_paragraphs(text or "").items():
+                    if key in boilerplate:
+                        found.setdefault(key, paragraph)
+        shared = "\n\n".join(paragraph for key, paragraph in found.items() if key in boilerplate)
+        if shared != previous:
+            await self._store(DocumentRecord(SHARED_ID, SHARED_SOURCE, frozenset(), shared), frozenset())
 
 
 async def ingest(

@@ -29,11 +29,18 @@ sys.path.insert(0, str(ROOT))
 from qdrant_client import QdrantClient, models  # noqa: E402
 from qdrant_edge import Bm25  # noqa: E402
 
-from policies.boilerplate import BoilerplateRule, count_documents, document_keys, repeated_keys, without_boilerplate  # noqa: E402
+from policies.boilerplate import (  # noqa: E402
+    BoilerplateRule,
+    count_documents,
+    document_keys,
+    keyed_paragraphs,
+    repeated_keys,
+    without_boilerplate,
+)
 from policies.chunking import chunk_spans  # noqa: E402
 from proxy.config.retrieval import RetrievalConfig  # noqa: E402
 from proxy.retrieval.embeddings import LocalMiniLM  # noqa: E402
-from proxy.retrieval.ingestion import tokenizer_offsets  # noqa: E402
+from proxy.retrieval.ingestion import SHARED_ID, tokenizer_offsets  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.report import write_block, write_result  # noqa: E402
 from tests.support.helpcenter import ARTICLES, CLASSES, Question, content_words, questions  # noqa: E402
@@ -58,13 +65,19 @@ def check_paraphrases(asked: list[Question]) -> None:
 
 
 def pages(strip: bool) -> dict[str, str]:
-    """slug -> the text that is chunked, embedded and indexed."""
+    """slug -> the text that is chunked, embedded and indexed; with ``strip``, as ``prefixgate ingest`` stores
+    them: each page without its boilerplate, and one copy of the boilerplate as a document of its own."""
     texts = {article.slug: article.page() for article in ARTICLES}
     if not strip:
         return texts
     keys = {slug: document_keys(text) for slug, text in texts.items()}
     repeated = repeated_keys(count_documents(keys.values()), len(texts), BoilerplateRule())
-    return {slug: without_boilerplate(text, repeated) for slug, text in texts.items()}
+    shared: dict[str, str] = {}
+    for text in texts.values():
+        shared.update((key, paragraph) for key, paragraph in keyed_paragraphs(text).items()
+                      if key in repeated and key not in shared)
+    stripped = {slug: without_boilerplate(text, repeated) for slug, text in texts.items()}
+    return {**stripped, SHARED_ID: "\n\n".join(shared.values())}
 
 
 async def build(client: QdrantClient, name: str, texts: dict[str, str], embedder: LocalMiniLM, bm25: Bm25) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from policies.boilerplate import DEFAULT_RULE, BoilerplateRule
-from proxy.retrieval.ingestion import Ingestion
+from proxy.retrieval.ingestion import SHARED_ID, Ingestion
 from proxy.retrieval.reading import document_id
 from proxy.retrieval.vector_store import VectorStore
 from tests.support.embedders import CountingEmbedder
@@ -42,10 +42,10 @@ def ingestion(store: VectorStore, tenant: str = "acme", rule: BoilerplateRule | 
 
 
 async def stored_texts(store: VectorStore, tenant: str = "acme") -> dict[str, str]:
-    """Each stored document's chunks as one text, by file name."""
+    """Each stored page's chunks as one text, by file name; the shared copy of the boilerplate under "shared"."""
     texts: dict[str, str] = {}
     for chunk in sorted(await store.search("docs", tenant, [1.0], 200), key=lambda c: (c.doc_id, c.index)):
-        name = Path(chunk.doc_id).stem
+        name = "shared" if chunk.doc_id == SHARED_ID else Path(chunk.doc_id).stem
         texts[name] = texts.get(name, "") + chunk.text
     return texts
 
@@ -58,6 +58,7 @@ def test_a_footer_that_becomes_common_leaves_the_documents_ingested_before_it_di
         second = await ingestion(store).add([str(write(tmp_path / "two", "trial", "invoices"))], progress=False)
         assert (second.documents, second.boilerplate, second.rechunked) == (2, 1, 2)
         texts = await stored_texts(store)
+        assert texts.pop("shared") == FOOTER  # kept once, so a question about it still finds it
         assert sorted(texts) == ["invoices", "pricing", "refunds", "trial"]
         for name, text in texts.items():
             assert FOOTER not in text and f"What only the {name} page says." in text
@@ -73,7 +74,7 @@ def test_removing_pages_until_the_footer_is_rare_puts_it_back_in_the_rest(tmp_pa
         for name in ("trial", "invoices"):
             assert await ingestion(store).remove(document_id(root / f"{name}.md")) == 1
         texts = await stored_texts(store)
-        assert sorted(texts) == ["pricing", "refunds"]
+        assert sorted(texts) == ["pricing", "refunds"]  # no shared copy: nothing is boilerplate any more
         assert all(FOOTER in text for text in texts.values())
 
     with_store(tmp_path, work)
@@ -86,7 +87,28 @@ def test_another_tenants_pages_do_not_make_a_tenants_paragraph_boilerplate(tmp_p
                                                     progress=False)
         assert report.boilerplate == 0
         assert all(FOOTER in text for text in (await stored_texts(store, "acme")).values())
-        assert all(FOOTER not in text for text in (await stored_texts(store, "globex")).values())
+        globex = await stored_texts(store, "globex")
+        assert globex.pop("shared") == FOOTER and all(FOOTER not in text for text in globex.values())
+
+    with_store(tmp_path, work)
+
+
+def test_the_shared_copy_follows_the_collection_and_is_not_stored_again_unchanged(tmp_path: Path) -> None:
+    header = "Acme Help Center: guides and answers."
+
+    async def work(store: VectorStore) -> None:
+        await ingestion(store).add([str(write(tmp_path / "one", "a", "b", "c"))], progress=False)
+        assert (await stored_texts(store))["shared"] == FOOTER
+        again = ingestion(store)
+        await again.add([str(write(tmp_path / "two", "d"))], progress=False)
+        assert again.embedder.calls == [[(tmp_path / "two" / "d.md").read_text().split("\n\n")[0]
+                                                  + "\n\nWhat only the d page says."]]  # the shared copy is as it was
+        root = tmp_path / "three"
+        root.mkdir()
+        for name in ("e", "f", "g", "h"):
+            (root / f"{name}.md").write_text(f"{header}\n\n# {name}\n\nWhat only {name} says.\n\n{FOOTER}\n")
+        await ingestion(store).add([str(root)], progress=False)
+        assert (await stored_texts(store))["shared"] == f"{FOOTER}\n\n{header}"
 
     with_store(tmp_path, work)
 
