@@ -6,6 +6,7 @@ from policies.boilerplate import (
     BoilerplateRule,
     count_documents,
     document_keys,
+    keyed_paragraphs,
     paragraph_key,
     paragraphs,
     repeated_keys,
@@ -60,3 +61,9 @@ def test_a_page_without_boilerplate_comes_back_unchanged_offsets_and_all() -> No
     text = "First paragraph.\n\n\n  Second, indented.\n"
     assert without_boilerplate(text, frozenset({paragraph_key("Something else.")})) == text
     assert paragraphs(text) == ["First paragraph.", "Second, indented."]
+
+
+def test_keyed_paragraphs_keeps_the_first_of_repeats_in_order() -> None:
+    keyed = keyed_paragraphs("Footer.\n\nBody.\n\nfooter.\n")
+    assert list(keyed.values()) == ["Footer.", "Body."]
+    assert list(keyed) == [paragraph_key("FOOTER."), paragraph_key("Body.")]
