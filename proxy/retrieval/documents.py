@@ -18,7 +18,7 @@ from typing import Any
 from qdrant_client import models
 
 from policies.boilerplate import document_keys
-from proxy.retrieval.vector_store import VectorStore, local_collection_name
+from proxy.retrieval.vector_store import VectorStore, field_is, index_tenant_key, local_collection_name
 
 RECORDS = "prefixgate_documents"
 _NAMESPACE = uuid.UUID("3c1f0a7e-52d4-5b8e-9f60-7d2a41c8e915")
@@ -37,21 +37,16 @@ class DocumentRecord:
         return cls(doc_id, source, document_keys(text), text)
 
 
-def _match(key: str, value: str) -> models.FieldCondition:
-    return models.FieldCondition(key=key, match=models.MatchValue(value=value))
-
-
 class DocumentRecords:
     def __init__(self, store: VectorStore) -> None:
         self.client = store.client
         self.per_tenant = store.per_tenant_collections
 
-    def _where(self, collection: str, tenant: str, doc_id: str | None = None) -> tuple[str, models.Filter | None]:
-        must = [] if self.per_tenant else [_match("collection", collection), _match("tenant", tenant)]
-        if doc_id is not None:
-            must.append(_match("doc_id", doc_id))
-        name = local_collection_name(f"{RECORDS}.{collection}", tenant) if self.per_tenant else RECORDS
-        return name, models.Filter(must=must) if must else None
+    def _where(self, collection: str, tenant: str) -> tuple[str, models.Filter | None]:
+        """The records' collection and the filter that confine them to one tenant's ``collection``."""
+        if self.per_tenant:
+            return local_collection_name(f"{RECORDS}.{collection}", tenant), None
+        return RECORDS, models.Filter(must=[field_is("collection", collection), field_is("tenant", tenant)])
 
     @staticmethod
     def _id(collection: str, tenant: str, doc_id: str) -> str:
@@ -63,9 +58,7 @@ class DocumentRecords:
         await self.client.create_collection(name, vectors_config=models.VectorParams(size=1,
                                                                                     distance=models.Distance.DOT))
         if not self.per_tenant:
-            await self.client.create_payload_index(
-                name, "tenant", field_schema=models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD,
-                                                                      is_tenant=True), wait=True)
+            await index_tenant_key(self.client, name)
 
     async def load(self, collection: str, tenant: str) -> dict[str, DocumentRecord]:
         """doc_id -> record (without its text) for every document the tenant has in ``collection``."""

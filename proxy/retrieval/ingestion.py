@@ -171,7 +171,6 @@ class Ingestion:
                 again += 1
         return again
 
-
     async def _share(self, boilerplate: frozenset[str], texts: list[str | None],
                      stored: dict[str, DocumentRecord]) -> None:
         """Store one copy of each boilerplate paragraph as the document ``SHARED_ID``, in a stable order
@@ -183,17 +182,18 @@ class Ingestion:
                 await self.records.remove(self.collection, self.tenant, SHARED_ID)
             return
         found: dict[str, str] = {}
-        for text in [previous, *texts]:
+
+        def take(text: str | None) -> None:
             for key, paragraph in keyed_paragraphs(text or "").items():
                 if key in boilerplate:
                     found.setdefault(key, paragraph)
+
+        for text in [previous, *texts]:
+            take(text)
         for record in stored.values():
             if record.keys & (boilerplate - found.keys()):
-                text = await self.records.text(self.collection, self.tenant, record.doc_id)
-                for key, paragraph in keyed_paragraphs(text or "").items():
-                    if key in boilerplate:
-                        found.setdefault(key, paragraph)
-        shared = "\n\n".join(paragraph for key, paragraph in found.items() if key in boilerplate)
+                take(await self.records.text(self.collection, self.tenant, record.doc_id))
+        shared = "\n\n".join(found.values())
         if shared != previous:
             await self._store(DocumentRecord(SHARED_ID, SHARED_SOURCE, frozenset(), shared), frozenset())
 

@@ -60,8 +60,16 @@ def _chunks(points: Sequence[models.ScoredPoint]) -> list[Chunk]:
     return hits
 
 
-def _match(key: str, value: str) -> models.FieldCondition:
+def field_is(key: str, value: str) -> models.FieldCondition:
+    """A filter condition: the payload field ``key`` equals ``value``."""
     return models.FieldCondition(key=key, match=models.MatchValue(value=value))
+
+
+async def index_tenant_key(client: AsyncQdrantClient | _OffTheLoop, collection: str) -> None:
+    """Index the payload field ``tenant`` as Qdrant's tenant key (a server's collections shared by tenants)."""
+    await client.create_payload_index(
+        collection, "tenant", field_schema=models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD,
+                                                                    is_tenant=True), wait=True)
 
 
 def local_collection_name(collection: str, tenant: str) -> str:
@@ -123,9 +131,9 @@ class VectorStore:
 
     def _where(self, collection: str, tenant: str, doc_id: str | None = None) -> tuple[str, models.Filter | None]:
         """The physical collection and the filter that confine an operation to one tenant."""
-        must = [] if self.per_tenant_collections else [_match("tenant", tenant)]
+        must = [] if self.per_tenant_collections else [field_is("tenant", tenant)]
         if doc_id is not None:
-            must.append(_match("doc_id", doc_id))
+            must.append(field_is("doc_id", doc_id))
         name = local_collection_name(collection, tenant) if self.per_tenant_collections else collection
         return name, models.Filter(must=must) if must else None
 
@@ -158,9 +166,7 @@ class VectorStore:
             name, vectors_config=models.VectorParams(size=self.dimensions, distance=models.Distance.COSINE)
         )
         if not self.per_tenant_collections:
-            await self.client.create_payload_index(
-                name, "tenant", field_schema=models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD,
-                                                                      is_tenant=True), wait=True)
+            await index_tenant_key(self.client, name)
 
     async def upsert(self, collection: str, tenant: str, chunks: Sequence[StoredChunk]) -> None:
         if any(c.tenant != tenant for c in chunks):
