@@ -22,6 +22,7 @@ from proxy.app import ENV_RESOLVED_CONFIG, create_app
 from proxy.auth.salt_secret import SecretFileError, deployment_secret
 from proxy.commands.analyze import add_parser as add_analyze_parser
 from proxy.commands.ingest import add_parser as add_ingest_parser
+from proxy.commands.migrate import add_parser as add_migrate_parser
 from proxy.config import load as config_module
 from proxy.config.gateway import Config
 from proxy.config.load import ConfigError, dump_config, load_config, with_engine_pool
@@ -30,7 +31,7 @@ from proxy.connections.guard import raise_file_limit
 from proxy.connections.protocol import GuardedHttpToolsProtocol
 from proxy.engine.process import EngineError, LocalEngine, free_port, vllm_available
 from proxy.observability.worker_metrics import shared_metrics_dir
-from proxy.retrieval.vector_store import StoreInUse, VectorStore
+from proxy.retrieval.edge_store import LocalModeFolder, holds_local_mode
 
 log = logging.getLogger("prefixgate")
 
@@ -106,11 +107,10 @@ def settle_garbage_collector() -> None:
     gc.set_threshold(20_000, 20, 20)
 
 
-def _check_store_free(config: Config) -> None:
-    """Raise StoreInUse now, in one line, if another process (an ingest) holds the embedded Qdrant folder,
-    rather than as a traceback from the app's start-up."""
-    store = VectorStore.open(dimensions=0, path=config.qdrant_path())  # opening takes the folder's lock
-    store.client.sync.close()
+def _check_store_format(config: Config) -> None:
+    """Refuse, in one line, a folder of the previous embedded store: serving it would answer without context."""
+    if holds_local_mode(config.qdrant_path()):
+        raise LocalModeFolder(config.qdrant_path())
 
 
 def _exit_quietly(signum: int, frame: object) -> None:
@@ -124,8 +124,8 @@ def serve(args: argparse.Namespace) -> int:
         secret = deployment_secret(config.resolved_salt_secret, config.data_dir)
         config = config.model_copy(update={"resolved_salt_secret": secret.decode()})
         if config.wants_retrieval and not config.retrieval.qdrant_url:
-            _check_store_free(config)
-    except (ConfigError, SecretFileError, StoreInUse) as error:
+            _check_store_format(config)
+    except (ConfigError, SecretFileError, LocalModeFolder) as error:
         print(f"prefixgate: {error}", file=sys.stderr)
         return 2
     # uvicorn re-raises the SIGTERM it caught once it has drained; with this handler that becomes a
@@ -174,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=serve)
     add_analyze_parser(commands)
     add_ingest_parser(commands)
+    add_migrate_parser(commands)
     commands.metavar = "{" + ",".join(commands.choices) + "}"  # the commands a user runs
     add_reference_parser(commands)  # a maintainer's tool, left out of the list above
     return parser

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from proxy.auth.keys import OPEN_TENANT
+from proxy.retrieval.edge_store import LocalModeFolder, holds_local_mode
 from proxy.retrieval.ingestion import Ingestion
 from proxy.retrieval.reading import document_id
-from proxy.retrieval.vector_store import StoreInUse, VectorStore
 
 
 def add_parser(commands: Any) -> None:
@@ -52,7 +52,7 @@ def run(args: Any) -> int:
               f"'{OPEN_TENANT}')", file=sys.stderr)
     try:
         return asyncio.run(_ingest_command(args, config, collection))
-    except StoreInUse as error:
+    except LocalModeFolder as error:
         print(f"prefixgate ingest: {error}", file=sys.stderr)
         return 1
 
@@ -60,13 +60,13 @@ def run(args: Any) -> int:
 async def _ingest_command(args: Any, config: Any, collection: str) -> int:
     import sys
 
-    from proxy.retrieval.retriever import Retriever, configured_store
+    from proxy.retrieval.retriever import Retriever
 
-    # Open the store before the embedding model loads (seconds): a folder that a running gateway holds
-    # then fails at once, with the one line run() prints and no model-loading chatter before it.
-    opened = configured_store(config)(0)  # its dimensions are the embedder's, known once it has loaded
-    retriever = await Retriever.start(config, open_store=lambda dimensions: VectorStore(
-        opened.client, dimensions, per_tenant_collections=opened.per_tenant_collections))
+    # Before the embedding model loads (seconds): a folder in the old format then fails at once, with the
+    # one line run() prints and no model-loading chatter before it.
+    if not config.retrieval.qdrant_url and holds_local_mode(config.qdrant_path()):
+        raise LocalModeFolder(config.qdrant_path())
+    retriever = await Retriever.start(config)
     settings = config.retrieval
     ingestion = Ingestion(retriever.store, retriever.embedder, collection=collection, tenant=args.tenant,
                           chunk_tokens=settings.chunk_tokens, chunk_overlap=settings.chunk_overlap,

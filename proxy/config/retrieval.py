@@ -5,6 +5,8 @@ Part of the one frozen ``Config``, kept apart because it is its own feature.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from policies.boilerplate import BoilerplateRule
@@ -15,11 +17,12 @@ class RetrievalConfig(_Frozen):
     """Where chunks live and how text is embedded; tenants opt in with ``tenants.<name>.retrieval``."""
 
     qdrant_url: str | None = None
-    """a Qdrant server, e.g. `http://qdrant:6333` (gRPC preferred); none: embedded Qdrant under `data_dir`"""
+    """a Qdrant server, e.g. `http://qdrant:6333` (gRPC preferred); none: Qdrant's engine embedded in each process, its
+    files under `data_dir` (several workers and `prefixgate ingest` share them)"""
     qdrant_grpc_port: int = Field(6334, ge=1, le=65535)
     """the server's gRPC port (`qdrant_url` names its REST port)"""
     qdrant_path: str | None = None
-    """embedded mode's folder; none: `<data_dir>/qdrant`"""
+    """the embedded engine's folder; none: `<data_dir>/qdrant`"""
     timeout: float = Field(5.0, gt=0)
     """seconds for each Qdrant or embedding call"""
     embeddings_url: str | None = None
@@ -44,7 +47,8 @@ class RetrievalConfig(_Frozen):
     cache_empty_ttl_s: float = Field(30.0, gt=0)
     """the same for a question that found no passages (retried sooner)"""
     version_poll_s: float = Field(2.0, gt=0)
-    """how often gateways look for ingests that changed a collection (entries from before are not read again)"""
+    """how often gateways look for ingests that changed a collection: they then search the new chunks, and cached
+    retrievals from before are not read again"""
     chunk_tokens: int = Field(200, ge=8)
     """ingestion: chunk size in the embedding model's tokens (MiniLM reads at most 256)"""
     chunk_overlap: int = Field(32, ge=0)
@@ -83,6 +87,15 @@ class TenantRetrieval(_Frozen):
     """most passages kept"""
     budget_tokens: int = Field(1500, ge=1)
     """most tokens of passages (estimated at 4 characters each)"""
+    search: Literal["hybrid", "dense", "bm25"] = "hybrid"
+    """how a question meets the chunks: `dense` by meaning (the embedding model), `bm25` by words, `hybrid` both,
+    fused by weighted reciprocal rank (the default measured best on paraphrased and keyword questions alike)"""
+    dense_weight: float = Field(1.0, gt=0)
+    """hybrid: the weight of the dense ranking in the fusion"""
+    bm25_weight: float = Field(0.1, gt=0)
+    """hybrid: the weight of the BM25 ranking (small: words break ties and rescue codes and names, meaning leads)"""
+    rrf_k: int = Field(2, ge=1)
+    """hybrid: the rank offset of reciprocal rank fusion (a chunk scores weight / (rrf_k + rank) per ranking)"""
     duplicate_similarity: float = Field(0.85, gt=0, le=1)
     """word-shingle similarity at or above which a passage counts as a copy of a better one and is dropped"""
     fallback: bool = False

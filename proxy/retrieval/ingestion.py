@@ -7,7 +7,7 @@ stale tail when a document got shorter.
 Boilerplate (``policies.boilerplate``) is judged over the tenant's whole collection: the documents
 stored before and this run's together. When a run, or a removal, changes which paragraphs are
 boilerplate, the stored documents holding one of them are chunked again from their recorded text
-(``DocumentRecords``), so every document follows the same rule whatever order the documents came in.
+(``VectorStore.records``), so every document follows the same rule whatever order the documents came in.
 Left out of every page, boilerplate is still kept once: one document of its own (``SHARED_ID``) holds
 each repeated paragraph, so the support address in a footer stays findable.
 """
@@ -30,7 +30,7 @@ from policies.boilerplate import (
     without_boilerplate,
 )
 from policies.chunking import chunk_id, chunk_spans
-from proxy.retrieval.documents import DocumentRecord, DocumentRecords
+from proxy.retrieval.documents import DocumentRecord
 from proxy.retrieval.embeddings import Embedder
 from proxy.retrieval.reading import UnreadableDocument, document_id, find_documents, read_document
 from proxy.retrieval.vector_store import StoredChunk, VectorStore
@@ -84,7 +84,7 @@ class Ingestion:
     def __init__(self, store: VectorStore, embedder: Embedder, *, collection: str, tenant: str,
                  chunk_tokens: int, chunk_overlap: int, boilerplate: BoilerplateRule | None) -> None:
         self.store = store
-        self.records = DocumentRecords(store)
+        self.records = store.records
         self.embedder = embedder
         self.collection = collection
         self.tenant = tenant
@@ -94,7 +94,13 @@ class Ingestion:
         self.offsets = tokenizer_offsets(embedder)
 
     async def add(self, paths: Sequence[str], *, progress: bool = True) -> IngestReport:
-        """Ingest the documents under ``paths``, replacing earlier versions of the same documents."""
+        """Ingest the documents under ``paths``, replacing earlier versions of the same documents.
+
+        The run's changes become visible together when it ends (``VectorStore.writing``)."""
+        async with self.store.writing(self.collection, self.tenant):
+            return await self._add(paths, progress)
+
+    async def _add(self, paths: Sequence[str], progress: bool) -> IngestReport:
         await self.store.ensure_collection(self.collection, self.tenant)
         report, started = IngestReport(), time.monotonic()
         stored = await self.records.load(self.collection, self.tenant)
@@ -122,12 +128,15 @@ class Ingestion:
         report.rechunked = await self._follow(others, before ^ after, after)
         await self._share(after, [record.text for record in fresh.values()], others)
         report.boilerplate = len(after)
-        await self.store.bump_version(self.collection, self.tenant)
         report.seconds = time.monotonic() - started
         return report
 
     async def remove(self, doc_id: str) -> int:
         """Remove a document; returns how many chunks it had."""
+        async with self.store.writing(self.collection, self.tenant):
+            return await self._remove(doc_id)
+
+    async def _remove(self, doc_id: str) -> int:
         stored = await self.records.load(self.collection, self.tenant)
         stored.pop(SHARED_ID, None)
         removed = await self.store.delete_document(self.collection, self.tenant, doc_id)
@@ -138,7 +147,6 @@ class Ingestion:
             after = boilerplate_of(stored.values(), self.rule)
             await self._follow(stored, before ^ after, after)
             await self._share(after, [], stored)
-        await self.store.bump_version(self.collection, self.tenant)
         return removed
 
     async def _store(self, record: DocumentRecord, boilerplate: frozenset[str]) -> tuple[int, int]:

@@ -27,7 +27,8 @@ def normalized_question(text: str) -> str:
 
 def cache_key(tenant: str, question: str, settings: TenantRetrieval, version: str) -> str:
     parts = [tenant, normalized_question(question), settings.collection, version, settings.candidates,
-             settings.top_n, settings.budget_tokens, settings.duplicate_similarity]
+             settings.top_n, settings.budget_tokens, settings.duplicate_similarity, settings.search,
+             settings.dense_weight, settings.bm25_weight, settings.rrf_k]
     return hashlib.sha256(orjson.dumps(parts)).hexdigest()
 
 

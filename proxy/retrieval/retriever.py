@@ -20,9 +20,11 @@ from proxy.config.gateway import Config
 from proxy.config.retrieval import TenantRetrieval
 from proxy.micro_batch import MicroBatcher
 from proxy.observability.metrics import Metrics
+from proxy.retrieval.edge_store import EdgeStore
 from proxy.retrieval.embeddings import Embedder, LocalMiniLM, RemoteEmbeddings, VectorCache
 from proxy.retrieval.passage_cache import RetrievalCache, cache_key
-from proxy.retrieval.vector_store import SearchQuery, VectorStore
+from proxy.retrieval.server_store import ServerStore
+from proxy.retrieval.vector_store import SearchMode, SearchQuery, VectorStore
 
 log = logging.getLogger("prefixgate")
 
@@ -45,17 +47,27 @@ class Retrieved:
         return ", ".join(f"{stage};dur={seconds * 1000:.1f}" for stage, seconds in self.stages.items()).encode()
 
 
+def search_mode(settings: TenantRetrieval) -> SearchMode:
+    if settings.search == "dense":
+        return SearchMode(1.0, 0.0, settings.rrf_k)
+    if settings.search == "bm25":
+        return SearchMode(0.0, 1.0, settings.rrf_k)
+    return SearchMode(settings.dense_weight, settings.bm25_weight, settings.rrf_k)
+
+
 StoreOpener = Callable[[int], VectorStore]
 """Opens the vector store for vectors of the given size; a seam for tests that run another layout."""
 
 
 def configured_store(config: Config) -> StoreOpener:
-    """The Qdrant the config names: a server by URL, else the embedded folder."""
+    """The Qdrant the config names: a server by URL, else the embedded engine's folder."""
     settings = config.retrieval
 
     def open_store(dimensions: int) -> VectorStore:
-        return VectorStore.open(dimensions=dimensions, path=config.qdrant_path(), url=settings.qdrant_url,
-                                timeout=settings.timeout, grpc_port=settings.qdrant_grpc_port)
+        if settings.qdrant_url:
+            return ServerStore.open(settings.qdrant_url, dimensions=dimensions, timeout=settings.timeout,
+                                    grpc_port=settings.qdrant_grpc_port)
+        return EdgeStore.open(config.qdrant_path(), dimensions=dimensions)
 
     return open_store
 
@@ -111,9 +123,8 @@ class Retriever:
         vectors = VectorCache(settings.embedding_cache_size) if settings.embedding_cache_size else None
         retriever = cls(embedder, store, max_batch=settings.batch_max, max_wait=settings.batch_wait_ms / 1000,
                         metrics=metrics, cache=cache, timeout=settings.timeout, vector_cache=vectors)
-        if cache is not None:
-            poller = retriever._poll_versions(settings.version_poll_s)
-            retriever._poller = asyncio.get_running_loop().create_task(poller)
+        # Polled with or without a cache: it is also how an embedded store learns of another process's ingest.
+        retriever._poller = asyncio.get_running_loop().create_task(retriever._poll_versions(settings.version_poll_s))
         return retriever
 
     async def retrieve(self, tenant: str, settings: TenantRetrieval, question: str) -> Retrieved:
@@ -160,9 +171,11 @@ class Retriever:
         started = perf_counter()
         try:
             async with asyncio.timeout(self.timeout):
-                vector = await self._vector(tenant, question)
+                vector = [] if settings.search == "bm25" else await self._vector(tenant, question)
                 stages["embed"] = perf_counter() - started
-                hits = await self.searches.submit(SearchQuery(settings.collection, tenant, vector, settings.candidates))
+                query = SearchQuery(settings.collection, tenant, vector, settings.candidates, question,
+                                    search_mode(settings))
+                hits = await self.searches.submit(query)
                 stages["search"] = perf_counter() - started - stages["embed"]
         except Exception:
             log.warning("retrieval failed for tenant %s; answering without context", tenant, exc_info=True)

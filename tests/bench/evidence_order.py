@@ -32,10 +32,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from policies.evidence import EvidencePolicy, Passage, render_evidence, select_evidence, with_evidence  # noqa: E402
+from proxy.retrieval.edge_store import EdgeStore  # noqa: E402
 from proxy.retrieval.embeddings import LocalMiniLM  # noqa: E402
 from proxy.retrieval.ingestion import ingest  # noqa: E402
 from proxy.retrieval.retriever import passage_budget_tokens  # noqa: E402
-from proxy.retrieval.vector_store import VectorStore  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.prefix_reuse import run_cell, start_engine_on_own_core, summarize  # noqa: E402
 from tests.bench.report import write_block, write_result  # noqa: E402
@@ -55,7 +55,7 @@ WORDINGS = ("{q}", "Quick question: {q}", "{q} Thanks in advance!", "Could you t
 async def retrieve_all(questions: list[str], top_n: int, workdir: Path) -> list[list[Passage]]:
     """Each question's selected passages in prefixgate's stable order, from a freshly ingested corpus."""
     embedder = LocalMiniLM()
-    store = VectorStore.open(dimensions=embedder.dimensions, path=workdir / "qdrant")
+    store = EdgeStore.open(workdir / "qdrant", dimensions=embedder.dimensions)
     try:
         await ingest([str(write_corpus(workdir / "docs"))], tenant="bench", collection="docs", embedder=embedder,
                      store=store, chunk_tokens=200, chunk_overlap=32, progress=False)

@@ -28,10 +28,11 @@ sys.path.insert(0, str(ROOT))
 
 from policies.evidence import EvidencePolicy, select_evidence  # noqa: E402
 from proxy.config.retrieval import TenantRetrieval  # noqa: E402
+from proxy.retrieval.edge_store import EdgeStore  # noqa: E402
 from proxy.retrieval.embeddings import LocalMiniLM  # noqa: E402
 from proxy.retrieval.passage_cache import RetrievalCache, cache_key  # noqa: E402
 from proxy.retrieval.retriever import Retriever, passage_budget_tokens  # noqa: E402
-from proxy.retrieval.vector_store import StoredChunk, VectorStore  # noqa: E402
+from proxy.retrieval.vector_store import StoredChunk  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.report import write_block, write_result  # noqa: E402
 
@@ -82,7 +83,7 @@ async def run_load(retriever: Retriever, settings: TenantRetrieval, questions: l
 async def main_async(args: argparse.Namespace, data: dict) -> list[str]:
     """The block's lines; ``data`` receives the numbers behind them (the result file)."""
     embedder = LocalMiniLM()
-    store = VectorStore.open(dimensions=embedder.dimensions, path=Path(tempfile.mkdtemp()) / "qdrant")
+    store = EdgeStore.open(Path(tempfile.mkdtemp()) / "qdrant", dimensions=embedder.dimensions)
     chunks = corpus()
     await store.ensure_collection("bench", "bench")
     vectors = await embedder.embed([text for _, _, text in chunks])

@@ -17,10 +17,10 @@ import openai
 import pytest
 
 from policies.evidence import EvidencePolicy, render_evidence, select_evidence
+from proxy.retrieval.edge_store import EdgeStore
 from proxy.retrieval.embeddings import LocalMiniLM
 from proxy.retrieval.ingestion import ingest
 from proxy.retrieval.retriever import passage_budget_tokens
-from proxy.retrieval.vector_store import VectorStore
 from tests.support.configs import pool
 from tests.support.corpus import write_corpus
 from tests.support.embedded import Embedded
@@ -40,7 +40,7 @@ def test_the_engine_receives_the_selected_passages_before_the_question(
 
     async def load_and_expect() -> dict[str, str]:
         embedder = LocalMiniLM()
-        store = VectorStore.open(dimensions=embedder.dimensions, path=tmp_path / "data" / "qdrant")
+        store = EdgeStore.open(tmp_path / "data" / "qdrant", dimensions=embedder.dimensions)
         try:
             await ingest([str(root)], tenant="default", collection="docs", embedder=embedder, store=store,
                          chunk_tokens=200, chunk_overlap=32, progress=False)

@@ -20,7 +20,7 @@ from policies.cache_salt import salt_policy, tenant_salt
 from policies.evidence import FOOTER, HEADER
 from proxy.config.load import ConfigError
 from proxy.retrieval.retriever import StoreOpener
-from proxy.retrieval.vector_store import VectorStore
+from proxy.retrieval.server_store import ServerStore
 from tests.support.configs import make_config, pool
 from tests.support.fake_server import FakeServer
 from tests.support.tenant_corpus import KEYS, load_corpus, write_documents
@@ -69,7 +69,7 @@ ATTEMPTS = [
 def shared_collection(path: Path) -> StoreOpener:
     """The layout prefixgate uses on a Qdrant server: one collection for every tenant, each point carrying
     its tenant, every search, count and delete filtered on it (here over qdrant-client's local engine)."""
-    return lambda dimensions: VectorStore(AsyncQdrantClient(path=str(path)), dimensions, per_tenant_collections=False)
+    return lambda dimensions: ServerStore(AsyncQdrantClient(path=str(path)), dimensions)
 
 
 @pytest.fixture(scope="module")

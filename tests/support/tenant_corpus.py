@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from proxy.retrieval.edge_store import EdgeStore
 from proxy.retrieval.embeddings import LocalMiniLM
 from proxy.retrieval.ingestion import ingest
 from proxy.retrieval.vector_store import VectorStore
@@ -80,7 +81,7 @@ def ingested_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Ingest both tenants' documents into one collection under a fresh data dir; returns the dir."""
     data_dir = tmp_path_factory.mktemp("retrieval-data")
     load_corpus(write_documents(tmp_path_factory),
-                lambda dimensions: VectorStore.open(dimensions=dimensions, path=data_dir / "qdrant"))
+                lambda dimensions: EdgeStore.open(data_dir / "qdrant", dimensions=dimensions))
     return data_dir
 
 

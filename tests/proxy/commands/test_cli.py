@@ -20,8 +20,8 @@ from proxy.config.load import (
     ENV_PORT,
     ENV_UPSTREAM,
 )
-from proxy.retrieval.vector_store import VectorStore
 from tests.support.fake_server import FakeServer
+from tests.support.old_store import old_format_folder
 from tests.support.servers import free_port
 from tests.support.waiting import wait_until
 
@@ -87,23 +87,20 @@ def test_help_names_the_environment_and_the_embedded_engine_but_not_maintainer_t
             main(argv)
     text = capsys.readouterr().out
     top, serve = text.split("usage: prefixgate serve", 1)
-    assert "config-reference" not in top and "{serve,analyze,ingest}" in top
+    assert "config-reference" not in top and "{serve,analyze,ingest,migrate-store}" in top
     for name in (ENV_CONFIG, ENV_UPSTREAM, ENV_HOST, ENV_PORT, ENV_DATA_DIR, ENV_CACHE_SALT_SECRET):
         assert name in serve, name
     assert "embedded vLLM CPU engine" in " ".join(serve.split())
     assert main(["config-reference", "--check"]) == 0  # still there for those who know it
 
 
-def test_serve_beside_a_process_holding_the_embedded_store_says_so_in_one_line(tmp_path: Path) -> None:
+def test_serve_on_a_folder_of_the_previous_embedded_store_says_to_migrate_in_one_line(tmp_path: Path) -> None:
     path = tmp_path / "retrieval.yaml"
     path.write_text(f"data_dir: {tmp_path}\nauth: {{keys: [{{tenant: acme, key: sk-acme-key-1}}]}}\n"
                     "pools: [{name: p, replicas: ['http://127.0.0.1:9/v1']}]\n"
                     "tenants: {acme: {retrieval: {collection: docs}}}\n")
-    ingest_holds = VectorStore.open(dimensions=384, path=tmp_path / "qdrant")  # as a running ingest would
-    try:
-        process = _run(["serve", "--config", str(path)], {})
-        output, _ = process.communicate(timeout=60)
-    finally:
-        ingest_holds.client.sync.close()
+    old_format_folder(tmp_path / "qdrant")
+    process = _run(["serve", "--config", str(path)], {})
+    output, _ = process.communicate(timeout=60)
     assert process.returncode == 2 and "Traceback" not in output, output
-    assert "is in use by another process" in output and "retrieval.qdrant_url" in output
+    assert "previous embedded store" in output and "prefixgate migrate-store" in output, output

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from policies.boilerplate import DEFAULT_RULE, BoilerplateRule
+from proxy.retrieval.edge_store import EdgeStore
 from proxy.retrieval.ingestion import SHARED_ID, Ingestion
 from proxy.retrieval.reading import document_id
 from proxy.retrieval.vector_store import VectorStore
@@ -27,7 +28,7 @@ def write(root: Path, *names: str) -> Path:
 
 def with_store(tmp_path: Path, work: Callable[[VectorStore], Awaitable[T]]) -> T:
     async def run() -> T:
-        store = VectorStore.open(dimensions=1, path=tmp_path / "qdrant")
+        store = EdgeStore.open(tmp_path / "qdrant", dimensions=1)
         try:
             return await work(store)
         finally:

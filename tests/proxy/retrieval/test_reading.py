@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from proxy.retrieval.edge_store import EdgeStore
 from proxy.retrieval.ingestion import IngestReport, ingest
 from proxy.retrieval.reading import html_text
-from proxy.retrieval.vector_store import VectorStore
 from tests.support.embedders import CountingEmbedder
 
 
@@ -17,7 +17,7 @@ def test_an_unreadable_pdf_is_skipped_with_its_reason_and_the_rest_goes_in(tmp_p
     (tmp_path / "damaged.pdf").write_bytes(b"%PDF-1.4\nthis is not a PDF body at all")
 
     async def run() -> IngestReport:
-        store = VectorStore.open(dimensions=1, path=tmp_path / "qdrant")
+        store = EdgeStore.open(tmp_path / "qdrant", dimensions=1)
         try:
             return await ingest([str(tmp_path)], tenant="t", collection="docs", embedder=CountingEmbedder(),
                                 store=store, chunk_tokens=64, chunk_overlap=8, progress=False)

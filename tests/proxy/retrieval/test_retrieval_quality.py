@@ -7,9 +7,9 @@ import asyncio
 from pathlib import Path
 
 from policies.boilerplate import DEFAULT_RULE, BoilerplateRule
+from proxy.retrieval.edge_store import EdgeStore
 from proxy.retrieval.embeddings import LocalMiniLM
 from proxy.retrieval.ingestion import ingest
-from proxy.retrieval.vector_store import VectorStore
 from tests.support.corpus import DOCUMENTS, write_corpus
 from tests.support.helpcenter import questions, write_helpcenter
 
@@ -19,7 +19,7 @@ def test_recall_at_5_on_paraphrased_questions(tmp_path: Path) -> None:
 
     async def measure() -> tuple[float, float]:
         embedder = LocalMiniLM()
-        store = VectorStore.open(dimensions=embedder.dimensions, path=tmp_path / "qdrant")
+        store = EdgeStore.open(tmp_path / "qdrant", dimensions=embedder.dimensions)
         try:
             await ingest([str(root)], tenant="northwind", collection="docs", embedder=embedder, store=store,
                          chunk_tokens=200, chunk_overlap=32, progress=False)
@@ -50,7 +50,7 @@ def test_leaving_out_the_help_centers_shared_paragraphs_finds_more_articles(tmp_
 
     async def recall_at_3(rule: BoilerplateRule | None, folder: str) -> float:
         embedder = LocalMiniLM()
-        store = VectorStore.open(dimensions=embedder.dimensions, path=tmp_path / folder)
+        store = EdgeStore.open(tmp_path / folder, dimensions=embedder.dimensions)
         try:
             await ingest([str(root)], tenant="quill", collection="docs", embedder=embedder, store=store,
                          chunk_tokens=200, chunk_overlap=32, progress=False, boilerplate=rule)

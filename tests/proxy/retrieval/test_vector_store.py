@@ -1,8 +1,9 @@
-"""Tenant isolation in both of the vector store's layouts.
+"""Tenant isolation and search modes in both vector stores.
 
-Local mode keeps one collection per (collection, tenant); a server keeps tenants together and filters
-on an indexed tenant key. Both must answer the same: a tenant sees, counts and deletes only its own
-chunks, even where another tenant has a document of the same name.
+The embedded engine (``EdgeStore``) and a Qdrant server (``ServerStore``, here on qdrant-client's
+in-memory engine) keep tenants together and filter on an indexed tenant key. Both must answer the same:
+a tenant sees, counts and deletes only its own chunks, even where another tenant has a document of the
+same name; and both find a chunk by meaning, by words, or by both.
 """
 
 from __future__ import annotations
@@ -13,24 +14,32 @@ from pathlib import Path
 import pytest
 from qdrant_client import AsyncQdrantClient
 
-from proxy.retrieval.vector_store import SearchQuery, StoredChunk, VectorStore, local_collection_name
+from proxy.retrieval.edge_store import EdgeStore
+from proxy.retrieval.server_store import ServerStore
+from proxy.retrieval.vector_store import SearchMode, SearchQuery, StoredChunk, VectorStore
 
 # The server layout runs here on qdrant-client's in-memory engine, which warns that it ignores the
 # tenant index that a real server uses; the filter it applies is the same.
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning")
 
+BM25 = SearchMode(0.0, 1.0)
+HYBRID = SearchMode(1.0, 1.0)
 
-def chunk(tenant: str, doc_id: str, index: int, vector: list[float]) -> StoredChunk:
+
+def chunk(tenant: str, doc_id: str, index: int, vector: list[float], text: str | None = None) -> StoredChunk:
     point_id = f"00000000-0000-4000-8000-{abs(hash((tenant, doc_id, index))) % 10**12:012d}"
-    return StoredChunk(point_id, vector, tenant, doc_id, index, f"{tenant} {doc_id} #{index}", doc_id, 0, 10)
+    return StoredChunk(point_id, vector, tenant, doc_id, index, text or f"{tenant} {doc_id} #{index}", doc_id, 0, 10)
 
 
-@pytest.fixture(params=["per-tenant collections (local mode)", "tenant filter (server layout)"])
+def open_store(kind: str, folder: Path) -> VectorStore:
+    if kind == "embedded engine":
+        return EdgeStore.open(folder / "qdrant", dimensions=3)
+    return ServerStore(AsyncQdrantClient(location=":memory:"), 3)
+
+
+@pytest.fixture(params=["embedded engine", "server"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[VectorStore]:
-    if request.param.startswith("per-tenant"):
-        opened = VectorStore.open(dimensions=3, path=tmp_path / "qdrant")
-    else:
-        opened = VectorStore(AsyncQdrantClient(location=":memory:"), 3, per_tenant_collections=False)
+    opened = open_store(request.param, tmp_path)
     for tenant in ("acme", "globex"):
         await opened.ensure_collection("docs", tenant)
         await opened.upsert("docs", tenant, [chunk(tenant, "faq", i, [1.0, i / 10, 0.0]) for i in range(3)]
@@ -71,8 +80,8 @@ async def test_a_batch_of_searches_answers_each_query_for_its_own_tenant(store: 
     assert initech == []
 
 
-async def test_in_local_mode_a_bad_query_fails_alone(tmp_path: Path) -> None:
-    store = VectorStore.open(dimensions=3, path=tmp_path / "qdrant")
+async def test_in_the_embedded_engine_a_bad_query_fails_alone(tmp_path: Path) -> None:
+    store = open_store("embedded engine", tmp_path)
     try:
         await store.ensure_collection("docs", "acme")
         await store.upsert("docs", "acme", [chunk("acme", "faq", 0, [1.0, 0.0, 0.0])])
@@ -80,7 +89,7 @@ async def test_in_local_mode_a_bad_query_fails_alone(tmp_path: Path) -> None:
                                                     SearchQuery("docs", "acme", [1.0, 0.0, 0.0], 2)])
     finally:
         await store.aclose()
-    assert isinstance(wrong_size, ValueError)
+    assert isinstance(wrong_size, Exception)
     assert isinstance(fine, list) and [hit.text for hit in fine] == ["acme faq #0"]
 
 
@@ -89,7 +98,31 @@ async def test_upsert_refuses_chunks_of_another_tenant(store: VectorStore) -> No
         await store.upsert("docs", "globex", [chunk("acme", "faq", 9, [1.0, 0.0, 0.0])])
 
 
-def test_local_collection_names_are_valid_for_any_tenant_name() -> None:
-    names = {local_collection_name("docs", tenant) for tenant in ("acme", "Acme", "a/b c", "日本", "")}
-    assert len(names) == 5
-    assert all(name.startswith("docs--") and name.replace("-", "").isalnum() for name in names)
+@pytest.fixture(params=["embedded engine", "server"])
+async def worded(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[VectorStore]:
+    """Three chunks whose vectors all point the same way: only their words tell them apart."""
+    opened = open_store(request.param, tmp_path)
+    texts = ["Error E-4021 means the card was declined by the bank.",
+             "The free trial lasts fourteen days on every plan.",
+             "Invoices are sent on the first day of each month."]
+    await opened.ensure_collection("docs", "acme")
+    await opened.upsert("docs", "acme", [chunk("acme", f"page{i}", 0, [1.0, 0.01 * i, 0.0], text)
+                                         for i, text in enumerate(texts)])
+    await opened.upsert("docs", "globex", [chunk("globex", "leak", 0, [1.0, 0.0, 0.0], "Error E-4021 at globex")])
+    yield opened
+    await opened.aclose()
+
+
+async def test_bm25_finds_a_code_that_the_vectors_cannot_tell_apart(worded: VectorStore) -> None:
+    dense = await worded.search("docs", "acme", [1.0, 0.2, 0.0], 3, text="what is E-4021?")
+    assert dense[0].doc_id == "page2"  # by meaning alone, the nearest vector wins
+    by_words = await worded.search("docs", "acme", [1.0, 0.2, 0.0], 3, text="what is E-4021?", mode=BM25)
+    assert [hit.doc_id for hit in by_words] == ["page0"]  # only chunks that share a word; never globex's
+    fused = await worded.search("docs", "acme", [1.0, 0.2, 0.0], 3, text="what is E-4021?", mode=HYBRID)
+    assert fused[0].doc_id == "page0" and len(fused) == 3  # the words lift it; the rest still come by meaning
+
+
+async def test_a_question_with_no_words_to_match_falls_back_to_meaning(worded: VectorStore) -> None:
+    fused = await worded.search("docs", "acme", [1.0, 0.2, 0.0], 3, text="?", mode=HYBRID)
+    assert [hit.doc_id for hit in fused][:1] == ["page2"]
+    assert await worded.search("docs", "acme", [1.0, 0.2, 0.0], 3, text="?", mode=BM25) == []

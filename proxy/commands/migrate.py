@@ -1,0 +1,39 @@
+"""`prefixgate migrate-store`: the previous embedded store's folder, copied once into the embedded engine.
+
+Gateways and ``prefixgate ingest`` refuse a folder in the old format rather than answer without context;
+this is the one command their message names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+from proxy.config.load import ConfigError, load_config
+from proxy.retrieval.edge_store import holds_local_mode
+from proxy.retrieval.migration import migrate_local_mode
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser("migrate-store", help="copy the previous embedded Qdrant folder (local mode) into "
+                                                       "the embedded engine")
+    parser.add_argument("--config", help="YAML config file (default: $PREFIXGATE_CONFIG, else environment only)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: Any) -> int:
+    try:
+        config = load_config(args.config)
+    except ConfigError as error:
+        print(f"prefixgate: {error}", file=sys.stderr)
+        return 2
+    path = config.qdrant_path()
+    if config.retrieval.qdrant_url or not holds_local_mode(path):
+        print(f"prefixgate migrate-store: nothing to migrate: {path} holds no collections of the previous embedded "
+              "store, or they were migrated already")
+        return 0
+    done = asyncio.run(migrate_local_mode(path))
+    print(f"migrated {done.chunks} chunks of {len(done.pairs)} tenant collections and {done.documents} document "
+          f"records into {path / 'edge'}; the old files (collection/, meta.json) stay until you delete them")
+    return 0
