@@ -1,14 +1,15 @@
 """Retrieval quality on the help-center corpus: recall@1, @3, @5 and MRR by class of question, for
-dense search (MiniLM), BM25 and their fusion (RRF with several weights, dense first; DBSF), each with the pages ingested
-whole and with their boilerplate left out.
+dense search (MiniLM), BM25 and their fusion (weighted RRF with several weights, dense first), each with the
+pages ingested whole and with their boilerplate left out.
 
-Real parts: all-MiniLM-L6-v2 on the CPU, BM25 sparse vectors from Qdrant's own embedder
-(``qdrant_edge.Bm25``, IDF applied by the collection), Qdrant local mode for every search, and
-prefixgate's chunker at its default size. The corpus is tests/support/helpcenter.py: 52 pages that
-share four paragraphs of header, navigation and footer, with near-duplicate articles, and 208
-questions in three classes (worded like the article, keyword, paraphrased with no content word in
-common). A question is found at rank r when its article is the r-th distinct document among the
-hits. Everything is deterministic, so one run is the result.
+Everything runs through the product: ``prefixgate ingest``'s ``Ingestion`` (its chunker at the default
+size, boilerplate judged over the collection, the shared copy of it) into the embedded store
+(``EdgeStore``: Qdrant's engine, a dense and a BM25 vector per chunk, IDF applied by the engine), and
+``EdgeStore.search`` with each ``SearchMode``, as the retriever asks it. Real parts: all-MiniLM-L6-v2 on
+the CPU. The corpus is tests/support/helpcenter.py: 52 pages that share four paragraphs of header,
+navigation and footer, with near-duplicate articles, and 208 questions in three classes (worded like the
+article, keyword, paraphrased with no content word in common). A question is found at rank r when its
+article is the r-th distinct document among the hits. Everything is deterministic, so one run is the result.
 
     python tests/bench/retrieval_quality.py [--out docs/benchmarks.md]
 """
@@ -26,33 +27,23 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from qdrant_client import QdrantClient, models  # noqa: E402
-from qdrant_edge import Bm25  # noqa: E402
-
-from policies.boilerplate import (  # noqa: E402
-    BoilerplateRule,
-    count_documents,
-    document_keys,
-    keyed_paragraphs,
-    repeated_keys,
-    without_boilerplate,
-)
-from policies.chunking import chunk_spans  # noqa: E402
+from policies.boilerplate import DEFAULT_RULE  # noqa: E402
 from proxy.config.retrieval import RetrievalConfig  # noqa: E402
+from proxy.retrieval.edge_store import EdgeStore  # noqa: E402
 from proxy.retrieval.embeddings import LocalMiniLM  # noqa: E402
-from proxy.retrieval.ingestion import SHARED_ID, tokenizer_offsets  # noqa: E402
+from proxy.retrieval.ingestion import Ingestion  # noqa: E402
+from proxy.retrieval.vector_store import SearchMode  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.report import write_block, write_result  # noqa: E402
 from tests.support.helpcenter import ARTICLES, CLASSES, Question, content_words, questions  # noqa: E402
 
 CANDIDATES = 20  # hits fetched per search, as retrieval.candidates' default
-# name -> (dense weight, BM25 weight) of Qdrant's weighted RRF (k = 2, Qdrant's default), which scores a hit at
-# position p of a source of weight w as 1 / (p / w + k - 1): a weight stretches or shrinks a source's ranks, so a
-# BM25 weight under 1 lets keyword hits move a document up a rank or two instead of outranking dense search.
-# None: that search alone, or DBSF (distribution-based score fusion).
-MODES: dict[str, tuple[float, float] | None] = {
-    "dense": None, "bm25": None, "rrf 1:1": (1.0, 1.0), "rrf 1:0.5": (1.0, 0.5), "rrf 1:0.25": (1.0, 0.25),
-    "rrf 1:0.1": (1.0, 0.1), "dbsf": None}
+# name -> the search mode; fusion is Qdrant's weighted RRF at k = 2, where a BM25 weight under 1 lets keyword
+# hits move a document up a rank or two instead of outranking dense search.
+MODES: dict[str, SearchMode] = {
+    "dense": SearchMode(1.0, 0.0), "bm25": SearchMode(0.0, 1.0), "rrf 1:1": SearchMode(1.0, 1.0),
+    "rrf 1:0.5": SearchMode(1.0, 0.5), "rrf 1:0.25": SearchMode(1.0, 0.25), "rrf 1:0.1": SearchMode(1.0, 0.1),
+    "rrf 1:0.05": SearchMode(1.0, 0.05)}
 
 
 def check_paraphrases(asked: list[Question]) -> None:
@@ -64,56 +55,25 @@ def check_paraphrases(asked: list[Question]) -> None:
             sys.exit(f"paraphrase shares {sorted(shared)} with {question.answer}: {question.text}")
 
 
-def pages(strip: bool) -> dict[str, str]:
-    """slug -> the text that is chunked, embedded and indexed; with ``strip``, as ``prefixgate ingest`` stores
-    them: each page without its boilerplate, and one copy of the boilerplate as a document of its own."""
-    texts = {article.slug: article.page() for article in ARTICLES}
-    if not strip:
-        return texts
-    keys = {slug: document_keys(text) for slug, text in texts.items()}
-    repeated = repeated_keys(count_documents(keys.values()), len(texts), BoilerplateRule())
-    shared: dict[str, str] = {}
-    for text in texts.values():
-        shared.update((key, paragraph) for key, paragraph in keyed_paragraphs(text).items()
-                      if key in repeated and key not in shared)
-    stripped = {slug: without_boilerplate(text, repeated) for slug, text in texts.items()}
-    return {**stripped, SHARED_ID: "\n\n".join(shared.values())}
-
-
-async def build(client: QdrantClient, name: str, texts: dict[str, str], embedder: LocalMiniLM, bm25: Bm25) -> int:
+async def build(folder: Path, strip: bool, embedder: LocalMiniLM) -> EdgeStore:
+    """The pages as ``prefixgate ingest`` stores them, one file per article, with or without boilerplate removal."""
+    pages = folder / ("stripped" if strip else "whole")
+    pages.mkdir()
+    for article in ARTICLES:
+        (pages / f"{article.slug}.md").write_text(article.page())
+    store = EdgeStore.open(folder / f"qdrant-{pages.name}", dimensions=embedder.dimensions)
     settings = RetrievalConfig()
-    offsets = tokenizer_offsets(embedder)
-    chunks = [(slug, text[start:end]) for slug, text in texts.items()
-              for start, end in chunk_spans(text, offsets(text), settings.chunk_tokens, settings.chunk_overlap)]
-    vectors = await embedder.embed([text for _, text in chunks])
-    client.create_collection(name, vectors_config={"dense": models.VectorParams(size=embedder.dimensions,
-                                                                                distance=models.Distance.COSINE)},
-                             sparse_vectors_config={"bm25": models.SparseVectorParams(modifier=models.Modifier.IDF)})
-    points = []
-    for number, ((slug, text), vector) in enumerate(zip(chunks, vectors, strict=True)):
-        sparse = bm25.embed_document(text)
-        points.append(models.PointStruct(id=number, payload={"doc": slug}, vector={
-            "dense": vector, "bm25": models.SparseVector(indices=sparse.indices, values=sparse.values)}))
-    client.upsert(name, points)
-    return len(chunks)
+    ingestion = Ingestion(store, embedder, collection="help", tenant="bench", chunk_tokens=settings.chunk_tokens,
+                          chunk_overlap=settings.chunk_overlap, boilerplate=DEFAULT_RULE if strip else None)
+    await ingestion.add([str(pages)], progress=False)
+    return store
 
 
-def search(client: QdrantClient, name: str, mode: str, dense: list[float], sparse: models.SparseVector) -> list[str]:
-    """The distinct documents of the hits, best first."""
-    weights = MODES[mode]
-    if mode == "dense":
-        points = client.query_points(name, query=dense, using="dense", limit=CANDIDATES).points
-    elif mode == "bm25":
-        points = client.query_points(name, query=sparse, using="bm25", limit=CANDIDATES).points
-    else:
-        prefetch = [models.Prefetch(query=dense, using="dense", limit=CANDIDATES),
-                    models.Prefetch(query=sparse, using="bm25", limit=CANDIDATES)]
-        fusion: models.Query = (models.FusionQuery(fusion=models.Fusion.DBSF) if weights is None
-                                else models.RrfQuery(rrf=models.Rrf(weights=list(weights), k=2)))
-        points = client.query_points(name, prefetch=prefetch, limit=CANDIDATES, query=fusion).points
+async def ranked_documents(store: EdgeStore, mode: SearchMode, vector: list[float], question: str) -> list[str]:
+    """The distinct documents of the hits, best first, named by their article's slug."""
     documents: list[str] = []
-    for point in points:
-        document = (point.payload or {})["doc"]
+    for hit in await store.search("help", "bench", vector, CANDIDATES, text=question, mode=mode):
+        document = Path(hit.doc_id).stem
         if document not in documents:
             documents.append(document)
     return documents
@@ -130,27 +90,25 @@ def scores(ranks: list[int | None]) -> dict[str, float]:
 async def evaluate() -> dict[str, Any]:
     asked = questions()
     check_paraphrases(asked)
-    embedder, bm25 = LocalMiniLM(), Bm25()
-    client = QdrantClient(path=tempfile.mkdtemp(prefix="pg-quality-"))
+    embedder = LocalMiniLM()
+    folder = Path(tempfile.mkdtemp(prefix="pg-quality-"))
     dense = await embedder.embed([question.text for question in asked])
-    sparse = [bm25.embed_query(question.text) for question in asked]
     results: dict[str, Any] = {}
     for strip in (False, True):
         ingest = "boilerplate removed" if strip else "whole pages"
-        collection = "stripped" if strip else "whole"
-        chunks = await build(client, collection, pages(strip), embedder, bm25)
-        for mode in MODES:
+        store = await build(folder, strip, embedder)
+        chunks = await store.count("help", "bench")
+        for name, mode in MODES.items():
             ranks: dict[str, list[int | None]] = {kind: [] for kind in CLASSES}
-            for question, vector, terms in zip(asked, dense, sparse, strict=True):
-                query = models.SparseVector(indices=terms.indices, values=terms.values)
-                documents = search(client, collection, mode, vector, query)
+            for question, vector in zip(asked, dense, strict=True):
+                documents = await ranked_documents(store, mode, vector, question.text)
                 rank = documents.index(question.answer) + 1 if question.answer in documents else None
                 ranks[question.kind].append(rank)
             everything = [rank for kind in CLASSES for rank in ranks[kind]]
-            results[f"{mode} | {ingest}"] = {"mode": mode, "ingest": ingest, "chunks": chunks,
+            results[f"{name} | {ingest}"] = {"mode": name, "ingest": ingest, "chunks": chunks,
                                              "all": scores(everything),
                                              **{kind: scores(ranks[kind]) for kind in CLASSES}}
-    client.close()
+        await store.aclose()
     await embedder.aclose()
     return results
 
@@ -173,7 +131,7 @@ def main() -> None:
     args = parser.parse_args()
     results = asyncio.run(evaluate())
     command = "python tests/bench/retrieval_quality.py " + " ".join(sys.argv[1:])
-    packages = ("sentence-transformers", "torch", "qdrant-client", "qdrant-edge-py")
+    packages = ("sentence-transformers", "torch", "onnxruntime", "qdrant-edge-py")
     versions = ", ".join(v for v in (machine.version(name) for name in packages) if v)
     when = date.today().isoformat()
     counts = {kind: sum(question.kind == kind for question in questions()) for kind in CLASSES}
