@@ -1,24 +1,28 @@
-"""Retrieval path benchmark: embed (micro-batched or not) + Qdrant search + selection, in-process.
+"""Retrieval path benchmark: embed (micro-batched or not) + search + selection, in-process.
 
-Real parts: all-MiniLM-L6-v2 on the CPU and Qdrant in embedded local mode, on a synthetic corpus
-(product FAQ chunks, each also stored as a near-copy, as re-published pages are). Measures, in one
-run:
+Real parts: all-MiniLM-L6-v2 on the CPU and the embedded store, on a synthetic corpus (product FAQ
+chunks, each also stored as a near-copy, as re-published pages are). Measures, in one run:
   * the retrieval path's latency p50/p95 and questions/s at concurrency 1 and 32, with the
-    micro-batcher (batches of up to 32) and without it (batches of 1);
+    micro-batcher (batches of up to 32) and without it (batches of 1), every question a first ask
+    (``tests/bench/retrieval_path_worker.py``, one process per round); with ``--baseline REF`` the same
+    rounds also run on a worktree of REF, alternating with this tree, so old and new are side by side;
   * the cached path: a repeated question answered from the passage cache;
   * evidence tokens with selection (dedupe, merge, budget) against the plain top-N concatenation.
 
-    python tests/bench/retrieval.py [--questions 256] [--out docs/benchmarks.md]
+    python tests/bench/retrieval.py [--baseline REF] [--runs 3] [--questions 256] [--out docs/benchmarks.md]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import random
+import json
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from datetime import date
 from pathlib import Path
 from statistics import median
@@ -35,53 +39,74 @@ from proxy.retrieval.retriever import Retriever, passage_budget_tokens  # noqa: 
 from proxy.retrieval.vector_store import StoredChunk  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.report import write_block, write_result  # noqa: E402
-
-PRODUCTS = ["blender", "kettle", "toaster", "coffee grinder", "juicer", "rice cooker", "air fryer", "mixer"]
-TOPICS = {
-    "warranty": "The {p} carries a {n}-year warranty that covers the motor and the heating parts.",
-    "returns": "An unused {p} may be returned within {n}0 days of delivery for a full refund.",
-    "cleaning": "Clean the {p} with a damp cloth after each use; never put its base in water ({n} parts).",
-    "shipping": "The {p} ships in {n} business days by ground courier in a recyclable box.",
-    "safety": "Keep the {p} at least {n}0 cm from the edge of the counter and away from children.",
-}
+from tests.bench.retrieval_path_worker import bench_questions, corpus, percentile  # noqa: E402
 
 
-def corpus() -> list[tuple[str, int, str]]:
-    rng = random.Random(7)
-    chunks = []
-    for product in PRODUCTS:
-        for index, (topic, text) in enumerate(TOPICS.items()):
-            body = text.format(p=product, n=rng.randint(1, 5))
-            chunks.append((f"{product}/{topic}.md", index, body))
-            chunks.append((f"mirror/{product}/{topic}.md", index, body.replace("The ", "Our ", 1)))
-    return chunks
+def worker_round(tree: Path, questions: int) -> dict:
+    command = [sys.executable, str(ROOT / "tests" / "bench" / "retrieval_path_worker.py"), "--tree", str(tree),
+               "--questions", str(questions)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True, cwd=tree)
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    assert Path(measured["imported_from"]).resolve() == tree.resolve(), measured  # the tree under test, not this one
+    return measured["cells"]
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+@contextmanager
+def worktree(ref: str) -> Iterator[Path]:
+    folder = Path(tempfile.mkdtemp(prefix="pg-baseline-")) / "tree"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(folder), ref], check=True,
+                   capture_output=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(folder)], check=True)
 
 
-async def run_load(retriever: Retriever, settings: TenantRetrieval, questions: list[str], concurrency: int) -> dict:
-    latencies: list[float] = []
-    queue = list(questions)
-
-    async def worker() -> None:
-        while queue:
-            question = queue.pop()
-            started = time.perf_counter()
-            await retriever.retrieve("bench", settings, question)
-            latencies.append(time.perf_counter() - started)
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - started
-    return {"p50": percentile(latencies, 0.5) * 1000, "p95": percentile(latencies, 0.95) * 1000,
-            "qps": len(questions) / elapsed}
+def path_lines(args: argparse.Namespace, data: dict) -> list[str]:
+    """The path table: each tree's cells over ``args.runs`` rounds, trees alternating within a round."""
+    trees = {"this tree": ROOT}
+    with worktree(args.baseline) if args.baseline else nullcontext(None) as baseline:
+        if baseline is not None:
+            trees = {f"baseline {args.baseline}": baseline, "this tree": ROOT}
+        rounds: dict[str, list[dict]] = {name: [] for name in trees}
+        for run in range(args.runs):
+            order = list(trees.items()) if run % 2 == 0 else list(reversed(trees.items()))
+            for name, tree in order:
+                rounds[name].append(worker_round(tree, args.questions))
+                print(f"run {run + 1}, {name}: {rounds[name][-1]}", flush=True)
+    data["path"] = rounds
+    lines = [f"Every question a first ask (no passage cache); medians of {args.runs} rounds, range of questions/s "
+             "in brackets.", "",
+             "| tree | micro-batching | concurrency | p50 ms | p95 ms | questions/s |", "|---|---|---|---|---|---|"]
+    for name, measured in rounds.items():
+        for cell in measured[0]:
+            runs = [m[cell] for m in measured]
+            rates = [r["qps"] for r in runs]
+            batching = "off (batches of 1)" if cell.startswith("batch 1,") else "on (up to 32)"
+            lines.append(f"| {name} | {batching} | {cell.rsplit(' ', 1)[1]} | {median(r['p50'] for r in runs):.1f} | "
+                         f"{median(r['p95'] for r in runs):.1f} | {median(rates):.0f} ({min(rates):.0f}-"
+                         f"{max(rates):.0f}) |")
+    lines.append("")
+    for name, measured in rounds.items():
+        ratios = [m["batch 32, concurrency 32"]["qps"] / m["batch 1, concurrency 32"]["qps"] for m in measured]
+        first = [m["batch 32, concurrency 1"]["p50"] for m in measured]
+        data.setdefault("batching_ratio", {})[name] = ratios
+        lines.append(f"- {name}: batching on / off at concurrency 32 **{median(ratios):.1f}x** "
+                     f"(rounds {min(ratios):.1f}-{max(ratios):.1f}x); a first ask alone, p50 "
+                     f"**{median(first):.1f} ms** ({min(first):.1f}-{max(first):.1f}).")
+    if len(rounds) == 2:
+        old, new = rounds.values()
+        for cell in ("batch 32, concurrency 1", "batch 32, concurrency 32"):
+            ratios = [n[cell]["qps"] / o[cell]["qps"] for o, n in zip(old, new, strict=True)]
+            data.setdefault("new_over_baseline", {})[cell] = ratios
+            lines.append(f"- this tree / baseline, questions/s with batching at concurrency {cell.rsplit(' ', 1)[1]}: "
+                         f"**{median(ratios):.2f}x** (rounds {min(ratios):.2f}-{max(ratios):.2f}x).")
+    return lines
 
 
 async def main_async(args: argparse.Namespace, data: dict) -> list[str]:
     """The block's lines; ``data`` receives the numbers behind them (the result file)."""
+    lines = path_lines(args, data)  # first, in worker processes, while this one holds no model
     embedder = LocalMiniLM()
     store = EdgeStore.open(Path(tempfile.mkdtemp()) / "qdrant", dimensions=embedder.dimensions)
     chunks = corpus()
@@ -90,36 +115,8 @@ async def main_async(args: argparse.Namespace, data: dict) -> list[str]:
     stored = [StoredChunk(f"00000000-0000-4000-8000-{i:012d}", vector, "bench", doc, index, text, doc, 0, len(text))
               for i, ((doc, index, text), vector) in enumerate(zip(chunks, vectors, strict=True))]
     await store.upsert("bench", "bench", stored)
-    rng = random.Random(11)
-    questions = [f"How do I {rng.choice(['clean', 'return', 'ship', 'safely place'])} my "
-                 f"{rng.choice(PRODUCTS)}? ({n})" for n in range(args.questions)]
+    questions = bench_questions(args.questions)
     settings = TenantRetrieval(collection="bench", candidates=20, top_n=5, budget_tokens=1500)
-    # The micro-batcher's own knobs, as proxy.config.gateway.RetrievalConfig would set them. Each run measures
-    # both settings at both concurrencies, so every ratio compares numbers taken side by side.
-    runs: dict[tuple[int, int], list[dict]] = {}
-    for run in range(args.runs):
-        for batch in (1, 32):
-            retriever = Retriever(embedder, store, max_batch=batch, max_wait=args.wait_ms / 1000)
-            await run_load(retriever, settings, questions[:32], 8)  # warm-up
-            for concurrency in (1, 32):
-                runs.setdefault((batch, concurrency), []).append(
-                    await run_load(retriever, settings, questions, concurrency))
-                print(f"run {run + 1}: batch {batch}, concurrency {concurrency}: {runs[(batch, concurrency)][-1]}",
-                      flush=True)
-    lines = [f"Medians of {args.runs} runs (range of questions/s in brackets).", "",
-             "| micro-batching | concurrency | p50 ms | p95 ms | questions/s |", "|---|---|---|---|---|"]
-    for (batch, concurrency), measured in runs.items():
-        label = "off (batches of 1)" if batch == 1 else f"on (up to 32, {args.wait_ms:g} ms window)"
-        rates = [m["qps"] for m in measured]
-        lines.append(f"| {label} | {concurrency} | {median(m['p50'] for m in measured):.1f} "
-                     f"| {median(m['p95'] for m in measured):.1f} | {median(rates):.0f} "
-                     f"({min(rates):.0f}-{max(rates):.0f}) |")
-    ratios = [on["qps"] / off["qps"] for on, off in zip(runs[(32, 32)], runs[(1, 32)], strict=True)]
-    lines += ["", f"Throughput at concurrency 32, batching on / off: **{median(ratios):.1f}x** "
-              f"(runs {min(ratios):.1f}-{max(ratios):.1f}x)."]
-    data["runs"] = [{"batch": batch, "concurrency": concurrency, "measured": measured}
-                    for (batch, concurrency), measured in runs.items()]
-    data["batching_ratio"] = ratios
 
     cached = Retriever(embedder, store, max_batch=32, max_wait=0, cache=RetrievalCache(ttl=300, empty_ttl=30))
     repeated = questions[:64]
@@ -195,17 +192,17 @@ async def shared_tier_line(filled: Retriever, settings: TenantRetrieval, questio
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--questions", type=int, default=256)
-    parser.add_argument("--wait-ms", type=float, default=0.0, help="the micro-batcher's window when idle")
-    parser.add_argument("--runs", type=int, default=3, help="repeats of the micro-batching comparison")
+    parser.add_argument("--runs", type=int, default=3, help="rounds of the path measurement")
+    parser.add_argument("--baseline", help="a git ref whose tree runs the same rounds, side by side")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     args = parser.parse_args()
     data: dict = {}
     lines = asyncio.run(main_async(args, data))
     command = "python tests/bench/retrieval.py " + " ".join(sys.argv[1:])
-    packages = ("sentence-transformers", "torch", "qdrant-client")
+    packages = ("sentence-transformers", "torch", "onnxruntime", "qdrant-client", "qdrant-edge-py")
     versions = ", ".join(v for v in (machine.version(name) for name in packages) if v)
     when = date.today().isoformat()
-    block = "\n".join([f"Command: `{command.strip()}` (MiniLM on the CPU, Qdrant local mode); run of "
+    block = "\n".join([f"Command: `{command.strip()}` (MiniLM on the CPU, each tree's embedded store); run of "
                        f"{when} on {machine.machine()}; {versions}", "", *lines, "",
                        "Result file: `docs/retrieval.json`."])
     write_result(Path(args.out), "retrieval", {"date": when, "machine": machine.machine(), "versions": versions,
