@@ -29,7 +29,17 @@ from typing import Any
 import qdrant_edge as edge
 
 from policies.evidence import Chunk
-from proxy.retrieval.documents import RECORD_FIELDS, DocumentRecord, record_id
+from proxy.retrieval.edge_records import EdgeRecords
+from proxy.retrieval.edge_shards import (
+    MANIFEST,
+    Generation,
+    LocalModeFolder,
+    create_generation,
+    holds_local_mode,
+    load_generation,
+    search_request,
+    tenant_filter,
+)
 from proxy.retrieval.generations import CURRENT, Generations, folder_name
 from proxy.retrieval.vector_store import (
     DENSE_VECTOR,
@@ -42,55 +52,13 @@ from proxy.retrieval.vector_store import (
     chunk_of,
 )
 
-MANIFEST = "manifest.json"
-_PAGE = 512
-# Qdrant's multitenancy layout, tuned on the store-scale benchmark: no graph over all tenants (m=0), a
-# denser graph per tenant (payload_m 32, ef_construct 200) for recall; one search thread, because on a
-# small machine a hand-off per search costs more than it saves.
-_HNSW = edge.HnswIndexConfig(m=0, ef_construct=200, full_scan_threshold=10_000, payload_m=32)
-
-
-class LocalModeFolder(Exception):
-    """The folder holds chunks in the previous embedded store's format (qdrant-client local mode)."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(
-            f"{path} holds collections of the previous embedded store (qdrant-client local mode), which this "
-            f"version no longer reads: run `prefixgate migrate-store` once to copy them to the embedded engine "
-            f"(the old files stay until you delete them)")
-
-
-def holds_local_mode(path: Path) -> bool:
-    """True where ``path`` has local-mode collections and no embedded-engine folder yet."""
-    collections = path / "collection"
-    return ((path / "meta.json").is_file() and collections.is_dir() and any(collections.iterdir())
-            and not (path / "edge").is_dir())
-
-
-def _where(tenant: str, **fields: str) -> edge.Filter:
-    conditions = [edge.FieldCondition(key="tenant", match=edge.MatchValue(tenant))]
-    conditions += [edge.FieldCondition(key=key, match=edge.MatchValue(value)) for key, value in fields.items()]
-    return edge.Filter(must=conditions)
-
-
-@dataclass
-class _Generation:
-    """The open shards of one generation folder."""
-
-    path: Path
-    chunks: edge.EdgeShard
-    documents: edge.EdgeShard
-    manifest: dict[str, Any]
-
-    def close(self) -> None:
-        self.chunks.close()
-        self.documents.close()
+__all__ = ["EdgeStore", "LocalModeFolder", "holds_local_mode"]
 
 
 @dataclass
 class _Writer:
     generations: Generations
-    generation: _Generation
+    generation: Generation
     tenants: set[str] = field(default_factory=set)
 
 
@@ -102,7 +70,7 @@ class EdgeStore(VectorStore):
         self.words = WordVectors()
         self.records = EdgeRecords(self)
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefixgate-qdrant")
-        self._readers: dict[str, _Generation] = {}  # collection -> the published generation this process reads
+        self._readers: dict[str, Generation] = {}  # collection -> the published generation this process reads
         self._writers: dict[str, _Writer] = {}  # collection -> this process's ingest under way
 
     @classmethod
@@ -112,7 +80,7 @@ class EdgeStore(VectorStore):
         path.mkdir(parents=True, exist_ok=True)
         return cls(path, dimensions)
 
-    async def _run(self, function: Callable[..., Any], *args: Any) -> Any:
+    async def run(self, function: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._thread, function, *args)
 
     def _generations(self, collection: str) -> Generations:
@@ -120,25 +88,7 @@ class EdgeStore(VectorStore):
 
     # -- opening generations (in the engine's thread, or a side thread for loads) --
 
-    def _load(self, path: Path) -> _Generation:
-        manifest = json.loads((path / MANIFEST).read_text())
-        return _Generation(path, edge.EdgeShard.load(str(path / "chunks")),
-                           edge.EdgeShard.load(str(path / "documents")), manifest)
-
-    def _create(self, path: Path, collection: str) -> _Generation:
-        vectors = {DENSE_VECTOR: edge.EdgeVectorParams(size=self.dimensions, distance=edge.Distance.Cosine)}
-        sparse = {SPARSE_VECTOR: edge.EdgeSparseVectorParams(modifier=edge.Modifier.Idf)}
-        chunks = edge.EdgeShard.create(str(path / "chunks"), edge.EdgeConfig(
-            vectors=vectors, sparse_vectors=sparse, hnsw_config=_HNSW, max_search_threads=1, wal_enabled=False))
-        chunks.update(edge.UpdateOperation.create_field_index("tenant", edge.KeywordIndexParams(is_tenant=True)))
-        chunks.update(edge.UpdateOperation.create_field_index("doc_id", edge.KeywordIndexParams()))
-        documents = edge.EdgeShard.create(str(path / "documents"), edge.EdgeConfig(
-            vectors={"none": edge.EdgeVectorParams(size=1, distance=edge.Distance.Dot)}, wal_enabled=False))
-        documents.update(edge.UpdateOperation.create_field_index("tenant", edge.KeywordIndexParams(is_tenant=True)))
-        manifest = {"collection": collection, "dimensions": self.dimensions, "versions": {}}
-        return _Generation(path, chunks, documents, manifest)
-
-    def _reading(self, collection: str) -> _Generation | None:
+    def reading(self, collection: str) -> Generation | None:
         """The generation a read uses: this process's own ingest under way, else the published one."""
         writer = self._writers.get(collection)
         if writer is not None:
@@ -148,7 +98,7 @@ class EdgeStore(VectorStore):
             current = self._generations(collection).current()
             if current is None:
                 return None
-            reader = self._readers[collection] = self._load(current)
+            reader = self._readers[collection] = load_generation(current)
         return reader
 
     # -- writing --
@@ -167,7 +117,7 @@ class EdgeStore(VectorStore):
         try:
             path = await asyncio.to_thread(generations.begin)
             try:
-                generation = await self._run(self._open_for_writing, path, collection)
+                generation = await self.run(self._open_for_writing, path, collection)
             except BaseException:
                 generations.discard(path)
                 raise
@@ -175,16 +125,16 @@ class EdgeStore(VectorStore):
             try:
                 yield
             except BaseException:
-                await self._run(self._abandon, collection)
+                await self.run(self._abandon, collection)
                 raise
-            await self._run(self._publish, collection)
+            await self.run(self._publish, collection)
         finally:
             lock.__exit__(None, None, None)
 
-    def _open_for_writing(self, path: Path, collection: str) -> _Generation:
+    def _open_for_writing(self, path: Path, collection: str) -> Generation:
         if not (path / MANIFEST).is_file():
-            return self._create(path, collection)
-        generation = self._load(path)
+            return create_generation(path, collection, self.dimensions)
+        generation = load_generation(path)
         if self.dimensions and generation.manifest["dimensions"] != self.dimensions:
             generation.close()
             raise ValueError(f"collection {collection} holds {generation.manifest['dimensions']}-wide vectors and "
@@ -209,22 +159,26 @@ class EdgeStore(VectorStore):
         generation.manifest["versions"].update({tenant: version for tenant in writer.tenants})
         (generation.path / MANIFEST).write_text(json.dumps(generation.manifest))
         # Opening once settles the files (the engine folds its journals on load); readers then never write.
-        self._load(generation.path).close()
+        load_generation(generation.path).close()
         writer.generations.publish(generation.path)
-        self._swap(collection, self._load(generation.path))
+        self._swap(collection, load_generation(generation.path))
 
-    def _swap(self, collection: str, fresh: _Generation) -> None:
+    def _swap(self, collection: str, fresh: Generation) -> None:
         old = self._readers.get(collection)
         self._readers[collection] = fresh
         if old is not None:
             old.close()
 
-    async def _write(self, collection: str, tenant: str, change: Callable[[_Generation], Any]) -> Any:
+    async def write(self, collection: str, tenant: str, change: Callable[[Generation], Any]) -> Any:
         async with self.writing(collection, tenant):
-            return await self._run(change, self._writers[collection].generation)
+            return await self.run(change, self._writers[collection].generation)
+
+    def holds(self, collection: str) -> bool:
+        """Whether the collection exists, published or in this process's ingest under way."""
+        return collection in self._writers or self._generations(collection).current() is not None
 
     async def ensure_collection(self, collection: str, tenant: str) -> None:
-        if self._generations(collection).current() is None and collection not in self._writers:
+        if not self.holds(collection):
             async with self.writing(collection, tenant):
                 pass
 
@@ -235,55 +189,38 @@ class EdgeStore(VectorStore):
             indices, values = self.words.document(chunk.text)
             vectors = {DENSE_VECTOR: chunk.vector, SPARSE_VECTOR: edge.SparseVector(indices, values)}
             points.append(edge.Point(chunk.id, vectors, chunk.payload()))
-        await self._write(collection, tenant,
+        await self.write(collection, tenant,
                           lambda generation: generation.chunks.update(edge.UpdateOperation.upsert_points(points)))
 
     async def delete_document(self, collection: str, tenant: str, doc_id: str) -> int:
-        if self._generations(collection).current() is None and collection not in self._writers:
+        if not self.holds(collection):
             return 0
-        where = _where(tenant, doc_id=doc_id)
+        where = tenant_filter(tenant, doc_id=doc_id)
 
-        def delete(generation: _Generation) -> int:
+        def delete(generation: Generation) -> int:
             count = generation.chunks.count(edge.CountRequest(exact=True, filter=where))
             if count:
                 generation.chunks.update(edge.UpdateOperation.delete_points_by_filter(where))
             return int(count)
 
-        return int(await self._write(collection, tenant, delete))
+        return int(await self.write(collection, tenant, delete))
 
     async def count(self, collection: str, tenant: str) -> int:
         def count() -> int:
-            generation = self._reading(collection)
+            generation = self.reading(collection)
             if generation is None:
                 return 0
-            return int(generation.chunks.count(edge.CountRequest(exact=True, filter=_where(tenant))))
+            return int(generation.chunks.count(edge.CountRequest(exact=True, filter=tenant_filter(tenant))))
 
-        return int(await self._run(count))
+        return int(await self.run(count))
 
     # -- searching --
 
-    def _request(self, query: SearchQuery) -> edge.QueryRequest | None:
-        where = _where(query.tenant)
-        mode = query.mode
-        dense = edge.Query.Nearest(query.vector, using=DENSE_VECTOR)
-        indices, values = self.words.query(query.text) if mode.uses_sparse else ([], [])
-        sparse = edge.Query.Nearest(edge.SparseVector(indices, values), using=SPARSE_VECTOR) if indices else None
-        if mode.fused and sparse is not None:
-            prefetches = [edge.Prefetch(query.limit, query=dense, filter=where),
-                          edge.Prefetch(query.limit, query=sparse, filter=where)]
-            fusion = edge.Fusion.Rrf(mode.rrf_k, weights=[mode.dense_weight, mode.sparse_weight])
-            return edge.QueryRequest(query.limit, prefetches=prefetches, query=fusion, with_payload=True)
-        if mode.uses_dense:
-            return edge.QueryRequest(query.limit, query=dense, filter=where, with_payload=True)
-        if sparse is None:  # a BM25-only search for a question with no indexable word finds nothing
-            return None
-        return edge.QueryRequest(query.limit, query=sparse, filter=where, with_payload=True)
-
     def _search_collection(self, collection: str, queries: list[SearchQuery]) -> list[list[Chunk] | Exception]:
-        generation = self._reading(collection)
+        generation = self.reading(collection)
         if generation is None:
             return [MissingCollection(collection) for _ in queries]
-        requests = [self._request(query) for query in queries]
+        requests = [search_request(query, self.words) for query in queries]
         asked = [request for request in requests if request is not None]
         try:
             answers = iter(generation.chunks.query_batch(edge.QueryBatchRequest(asked)) if asked else [])
@@ -293,7 +230,7 @@ class EdgeStore(VectorStore):
                 for request in requests]
 
     @staticmethod
-    def _search_one(generation: _Generation, request: edge.QueryRequest | None) -> list[Chunk] | Exception:
+    def _search_one(generation: Generation, request: edge.QueryRequest | None) -> list[Chunk] | Exception:
         if request is None:
             return []
         try:
@@ -317,7 +254,7 @@ class EdgeStore(VectorStore):
 
     async def search_many(self, queries: Sequence[SearchQuery]) -> list[list[Chunk] | Exception]:
         """One trip to the engine's thread, one planned batch (``query_batch``) per collection."""
-        return await self._run(self._search_all, queries)
+        return await self.run(self._search_all, queries)
 
     # -- versions: how this process learns of another's ingest --
 
@@ -341,8 +278,8 @@ class EdgeStore(VectorStore):
         for collection, path in published.items():
             reader = self._readers.get(collection)
             if reader is not None and reader.path != path:
-                fresh = await asyncio.to_thread(self._load, path)
-                await self._run(self._swap, collection, fresh)
+                fresh = await asyncio.to_thread(load_generation, path)
+                await self.run(self._swap, collection, fresh)
             manifest = json.loads(await asyncio.to_thread((path / MANIFEST).read_text))
             versions.update({(collection, tenant): version for tenant, version in manifest["versions"].items()})
         return versions
@@ -353,52 +290,7 @@ class EdgeStore(VectorStore):
                 generation.close()
             self._readers.clear()
 
-        await self._run(close_all)
+        await self.run(close_all)
         self._thread.shutdown(wait=False)
 
-
-class EdgeRecords:
-    """Document records in the collection's second shard, one point (no vector) per tenant's document."""
-
-    def __init__(self, store: EdgeStore) -> None:
-        self.store = store
-
-    async def load(self, collection: str, tenant: str) -> dict[str, DocumentRecord]:
-        def load() -> dict[str, DocumentRecord]:
-            generation = self.store._reading(collection)
-            records: dict[str, DocumentRecord] = {}
-            if generation is None:
-                return records
-            offset = None
-            while True:
-                points, offset = generation.documents.scroll(edge.ScrollRequest(
-                    offset=offset, limit=_PAGE, filter=_where(tenant), with_payload=RECORD_FIELDS, with_vector=False))
-                for point in points:
-                    record = DocumentRecord.from_payload(point.payload)
-                    records[record.doc_id] = record
-                if offset is None:
-                    return records
-
-        return dict(await self.store._run(load))
-
-    async def text(self, collection: str, tenant: str, doc_id: str) -> str | None:
-        def text() -> str | None:
-            generation = self.store._reading(collection)
-            if generation is None:
-                return None
-            points = generation.documents.retrieve([record_id(collection, tenant, doc_id)], ["text"], False)
-            return points[0].payload.get("text") if points else None
-
-        return await self.store._run(text)
-
-    async def put(self, collection: str, tenant: str, record: DocumentRecord) -> None:
-        point = edge.Point(record_id(collection, tenant, record.doc_id), {}, record.payload(collection, tenant))
-        upsert = edge.UpdateOperation.upsert_points([point])
-        await self.store._write(collection, tenant, lambda generation: generation.documents.update(upsert))
-
-    async def remove(self, collection: str, tenant: str, doc_id: str) -> None:
-        if self.store._generations(collection).current() is None and collection not in self.store._writers:
-            return
-        delete = edge.UpdateOperation.delete_points([record_id(collection, tenant, doc_id)])
-        await self.store._write(collection, tenant, lambda generation: generation.documents.update(delete))
 

@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from time import perf_counter
 
 from policies.evidence import EvidencePolicy, Passage, select_evidence
@@ -114,7 +115,8 @@ class Retriever:
             embedder = RemoteEmbeddings(settings.embeddings_url, settings.embeddings_model,
                                         settings.embeddings_dimensions, settings.timeout)
         else:
-            embedder = await asyncio.to_thread(LocalMiniLM)  # seconds of loading, off the event loop
+            # seconds of loading (the first start also exports the ONNX graph), off the event loop
+            embedder = await asyncio.to_thread(LocalMiniLM, cache_dir=Path(config.data_dir) / "models")
         store = (open_store or configured_store(config))(embedder.dimensions)
         cache = None
         if settings.cache:
