@@ -1,6 +1,6 @@
-"""The embedded vector store at 1k, 10k and 100k chunks: qdrant-client's local mode (prefixgate's
-embedded store today, one collection per tenant) against Qdrant Edge (``qdrant_edge.EdgeShard``: one
-shard, the tenant an indexed payload key, every search filtered on it).
+"""The embedded vector store at 1k, 10k and 100k chunks: qdrant-client's local mode (prefixgate's previous
+embedded store, one collection per tenant), Qdrant Edge alone (``qdrant_edge.EdgeShard``: one shard, the
+tenant an indexed payload key, every search filtered on it), and prefixgate's ``EdgeStore`` on it.
 
 Per store and size, each in a fresh process (so its RSS is its own): ingest throughput (chunks/s in
 batches of 64, as ``prefixgate ingest`` stores them; Edge's index build after the last batch counted
@@ -87,35 +87,86 @@ def exact_top(vectors: np.ndarray, query: np.ndarray, tenant: int) -> set[int]:
     return set(ids[np.argsort(-scores)[:CANDIDATES]].tolist())
 
 
+def timed_searches(search: Any, queries: np.ndarray, vectors: np.ndarray) -> tuple[list[float], list[float]]:
+    """Latencies (ms) and top-20 overlaps of single searches, one per question, on a second pass (the first
+    warms what a serving gateway has warm: caches and memory-mapped pages)."""
+    for _pass in ("warm-up", "timed"):
+        latencies, overlaps = [], []
+        for number, query in enumerate(queries):
+            tenant = number % TENANTS
+            began = time.perf_counter()
+            hits = search(tenant, query)
+            latencies.append((time.perf_counter() - began) * 1000)
+            overlaps.append(len(set(hits) & exact_top(vectors, query, tenant)) / CANDIDATES)
+    return latencies, overlaps
+
+
 def run_local(size: int, folder: Path) -> dict[str, float]:
-    """prefixgate's VectorStore over qdrant-client local mode, as the gateway and ingest use it."""
-    from proxy.retrieval.vector_store import StoredChunk, VectorStore
+    """qdrant-client's local mode as the previous embedded store kept chunks: one collection per tenant."""
+    from qdrant_client import QdrantClient, models
+
+    vectors, queries = dataset(size)
+    before = rss_mb()
+    client = QdrantClient(path=str(folder))
+    started = time.perf_counter()
+    for tenant in range(TENANTS):  # ingest runs per tenant, in batches of 64
+        client.create_collection(f"docs--t{tenant}", vectors_config=models.VectorParams(
+            size=DIMENSIONS, distance=models.Distance.COSINE))
+        ids = list(range(tenant, size, TENANTS))
+        for first in range(0, len(ids), BATCH):
+            client.upsert(f"docs--t{tenant}", [models.PointStruct(id=i, vector=vectors[i].tolist(), payload=payload(i))
+                                               for i in ids[first:first + BATCH]])
+    ingest = time.perf_counter() - started
+
+    def search(tenant: int, query: np.ndarray) -> list[int]:
+        points = client.query_points(f"docs--t{tenant}", query=query.tolist(), limit=CANDIDATES, with_payload=True)
+        return [int(point.id) for point in points.points]
+
+    latencies, overlaps = timed_searches(search, queries, vectors)
+    client.close()
+    p50, p99 = percentiles(latencies)
+    return {"ingest_per_s": size / ingest, "index_s": 0.0, "p50_ms": p50, "p99_ms": p99,
+            "rss_mb": rss_mb() - before, "overlap": sum(overlaps) / len(overlaps)}
+
+
+def run_product(size: int, folder: Path) -> dict[str, float]:
+    """prefixgate's embedded store (``EdgeStore``) as ingest and the gateway use it: one ingest writing every
+    tenant's chunks (their BM25 vectors included) and publishing the generation, then searches through the
+    store's own thread, filtered on the tenant."""
+    from proxy.retrieval.edge_store import EdgeStore
+    from proxy.retrieval.vector_store import StoredChunk
 
     vectors, queries = dataset(size)
     before = rss_mb()
 
     async def work() -> dict[str, float]:
-        store = VectorStore.open(dimensions=DIMENSIONS, path=folder)
+        store = EdgeStore.open(folder, dimensions=DIMENSIONS)
         started = time.perf_counter()
-        for tenant in range(TENANTS):
-            await store.ensure_collection("docs", f"t{tenant}")
-        for tenant in range(TENANTS):  # ingest runs per tenant, in batches of 64
-            ids = list(range(tenant, size, TENANTS))
-            for first in range(0, len(ids), BATCH):
-                await store.upsert("docs", f"t{tenant}", [
-                    StoredChunk(str(uuid.UUID(int=i)), vectors[i].tolist(), f"t{tenant}", f"doc-{i // 8}", i % 8,
-                                TEXT, f"doc-{i // 8}.md", 0, len(TEXT)) for i in ids[first:first + BATCH]])
-        ingest = time.perf_counter() - started
-        for _pass in ("warm-up", "timed"):  # the first pass warms what a serving gateway has warm
-            latencies = []
+        async with store.writing("docs", "t0"):
+            for tenant in range(TENANTS):
+                ids = list(range(tenant, size, TENANTS))
+                for first in range(0, len(ids), BATCH):
+                    await store.upsert("docs", f"t{tenant}", [
+                        StoredChunk(str(uuid.UUID(int=i)), vectors[i].tolist(), f"t{tenant}", f"doc-{i // 8}", i % 8,
+                                    TEXT, f"doc-{i // 8}.md", 0, len(TEXT)) for i in ids[first:first + BATCH]])
+            ingest = time.perf_counter() - started
+        index_s = time.perf_counter() - started - ingest  # the engine builds the graphs as the ingest publishes
+
+        latencies: list[float] = []
+        overlaps: list[float] = []
+        for _pass in ("warm-up", "timed"):  # as timed_searches, awaiting the store
+            latencies, overlaps = [], []
             for number, query in enumerate(queries):
+                tenant = number % TENANTS
                 began = time.perf_counter()
-                await store.search("docs", f"t{number % TENANTS}", query.tolist(), CANDIDATES)
+                hits = await store.search("docs", f"t{tenant}", query.tolist(), CANDIDATES)
                 latencies.append((time.perf_counter() - began) * 1000)
+                numbers = {int(hit.doc_id.removeprefix("doc-")) * 8 + hit.index for hit in hits}  # see payload()
+                overlaps.append(len(numbers & exact_top(vectors, query, tenant)) / CANDIDATES)
         await store.aclose()
         p50, p99 = percentiles(latencies)
-        return {"ingest_per_s": size / ingest, "index_s": 0.0, "p50_ms": p50, "p99_ms": p99,
-                "rss_mb": rss_mb() - before, "overlap": 1.0}
+        return {"ingest_per_s": size / ingest, "index_s": index_s, "p50_ms": p50, "p99_ms": p99,
+                "rss_mb": rss_mb() - before, "overlap": sum(overlaps) / len(overlaps)}
 
     return asyncio.run(work())
 
@@ -143,17 +194,13 @@ def run_edge(size: int, folder: Path) -> dict[str, float]:
     indexing = time.perf_counter()
     shard.optimize()
     index_s = time.perf_counter() - indexing
-    for _pass in ("warm-up", "timed"):  # the first pass warms the memory-mapped segments, as serving keeps them
-        latencies, overlaps = [], []
-        for number, query in enumerate(queries):
-            tenant = number % TENANTS
-            where = edge.Filter(must=[edge.FieldCondition(key="tenant", match=edge.MatchValue(f"t{tenant}"))])
-            request = edge.QueryRequest(limit=CANDIDATES, query=edge.Query.Nearest(query.tolist()), filter=where,
-                                        with_payload=True)
-            began = time.perf_counter()
-            hits = shard.query(request)
-            latencies.append((time.perf_counter() - began) * 1000)
-            overlaps.append(len({int(hit.id) for hit in hits} & exact_top(vectors, query, tenant)) / CANDIDATES)
+    def search(tenant: int, query: np.ndarray) -> list[int]:
+        where = edge.Filter(must=[edge.FieldCondition(key="tenant", match=edge.MatchValue(f"t{tenant}"))])
+        request = edge.QueryRequest(limit=CANDIDATES, query=edge.Query.Nearest(query.tolist()), filter=where,
+                                    with_payload=True)
+        return [int(hit.id) for hit in shard.query(request)]
+
+    latencies, overlaps = timed_searches(search, queries, vectors)
     shard.close()
     p50, p99 = percentiles(latencies)
     return {"ingest_per_s": size / ingest, "index_s": index_s, "p50_ms": p50, "p99_ms": p99,
@@ -162,7 +209,7 @@ def run_edge(size: int, folder: Path) -> dict[str, float]:
 
 def worker(store: str, size: int) -> None:
     with tempfile.TemporaryDirectory(prefix="pg-scale-") as folder:
-        run = run_local if store == "local" else run_edge
+        run = {"local": run_local, "edge": run_edge, "prefixgate": run_product}[store]
         print("RESULT " + json.dumps(run(size, Path(folder) / "store")))
 
 
@@ -198,7 +245,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--stores", default="local,edge")
+    parser.add_argument("--stores", default="local,edge,prefixgate")
     parser.add_argument("--worker", nargs=2, metavar=("STORE", "SIZE"), help=argparse.SUPPRESS)
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     args = parser.parse_args()
@@ -221,8 +268,11 @@ def main() -> None:
         f"Command: `{command.strip()}`; run of {when} on {machine.machine()}; {versions}. Median of {args.runs} "
         f"runs [range]; {TENANTS} tenants, {QUERIES} single searches for {CANDIDATES} candidates in one tenant's "
         "chunks, timed on a second pass (the first warms caches and memory maps); local: one collection per tenant "
-        "(brute force); edge: one shard, tenant-keyed payload index, one HNSW graph per tenant (m=0, "
-        f"payload_m={PAYLOAD_M}, ef_construct={EF_CONSTRUCT}) built by optimize() after ingest, one search thread.",
+        "(brute force, the previous embedded store); edge: one shard, tenant-keyed payload index, one HNSW graph per "
+        f"tenant (m=0, payload_m={PAYLOAD_M}, ef_construct={EF_CONSTRUCT}) built by optimize() after ingest, one "
+        "search thread; prefixgate: the embedded store on those settings as the gateway runs it (one ingest that "
+        "also stores BM25 vectors and publishes a generation, its index build counted apart; searches through its "
+        "thread).",
         "", table(results), "", "Result file: `docs/store_scale.json`."])
     write_result(Path(args.out), "store_scale", {"date": when, "machine": machine.machine(), "versions": versions,
                                                  "command": command.strip(), "runs": args.runs}, results)
