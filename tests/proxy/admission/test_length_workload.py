@@ -1,0 +1,57 @@
+"""The length-prediction workload (tests/bench/length_workload.py) is fair to the predictor it measures:
+the same seed gives the same requests, the body the gateway reads never holds the true length, and the
+drifting apps really change halfway."""
+
+from __future__ import annotations
+
+from statistics import median
+
+import pytest
+
+from proxy.admission.rate_limiter import MemoryLimiter
+from proxy.admission.request_admission import Admission
+from proxy.admission.token_count import TokenCounter
+from proxy.observability.metrics import Metrics
+from tests.bench.length_prediction import admitted_body
+from tests.bench.length_workload import TRUTH_FIELDS, LengthRequest, engine_body, workload
+
+REQUESTS = 600
+
+
+def test_the_same_seed_gives_the_same_requests() -> None:
+    assert workload(7, REQUESTS) == workload(7, REQUESTS)
+    assert workload(7, REQUESTS) != workload(8, REQUESTS)
+
+
+def test_the_predictor_reads_the_clients_body_and_only_the_engine_copy_holds_the_truth() -> None:
+    admission = Admission(MemoryLimiter(), TokenCounter(), Metrics(), predicts=True)
+    for request in workload(3, REQUESTS):
+        admitted, seen = admitted_body(admission, request)
+        assert seen == request.body and TRUTH_FIELDS.isdisjoint(seen) and TRUTH_FIELDS.isdisjoint(admitted.body)
+        engine = engine_body(request)
+        assert engine["max_tokens"] == engine["min_tokens"] == request.true_tokens and engine["ignore_eos"]
+        assert {key: engine[key] for key in request.body if key != "max_tokens"} == {
+            key: value for key, value in request.body.items() if key != "max_tokens"}
+        cap = request.body.get("max_tokens")
+        assert cap is None or request.true_tokens <= cap
+
+
+def test_a_body_that_leaks_the_truth_stops_the_bench() -> None:
+    admission = Admission(MemoryLimiter(), TokenCounter(), Metrics(), predicts=True)
+    honest = workload(3, 1)[0]
+    leaky = LengthRequest(honest.tenant, honest.app, engine_body(honest), honest.true_tokens, False, honest.kind)
+    with pytest.raises(AssertionError, match="carries"):
+        admitted_body(admission, leaky)
+
+
+@pytest.mark.parametrize(("app", "before", "after"), [("globex/summarize", (100, 200), (500, 800)),
+                                                      ("initech/codegen", (600, 1300), (80, 200))])
+def test_drift_changes_the_apps_lengths_at_the_midpoint(app: str, before: tuple[int, int],
+                                                        after: tuple[int, int]) -> None:
+    requests = workload(5, REQUESTS)
+    halves = requests[:REQUESTS // 2], requests[REQUESTS // 2:]
+    assert not any(r.drifted for r in halves[0]) and all(r.drifted for r in halves[1] if r.app == app)
+    for half, (low, high) in zip(halves, (before, after), strict=True):
+        lengths = [r.true_tokens for r in half if r.app == app]
+        assert len(lengths) >= 20 and low <= median(lengths) <= high
+        assert len({r.body["messages"][0]["content"] for r in half if r.app == app}) == 1  # the same template
