@@ -8,17 +8,30 @@ their quantiles are the prediction. Until a key has a few samples a prior decide
 request alone: the client's max_tokens is an upper bound it chose; tool calls and JSON answers are
 short; with nothing known the answer is assumed long, since sending a long answer to the short pool
 costs more than the reverse.
+
+The template (``length_key``) is what says which app asked: the tools and the system and developer
+messages before the conversation, never the user's words (under a one-line system prompt they made
+every request a key of its own, which never learned), plus the step: an agent's request that carries a
+tool's result asks for a different kind of answer (often the long final one) than one that does not
+(often a short tool call), and a JSON answer differs from prose. A history that sees its last
+``SHIFT`` answers all beyond its old range (an app whose answers changed) forgets the old ones at
+once, where a plain window of 64 took most of 64 answers to follow a fall.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
+from hashlib import blake2b
 from typing import Any, Literal
 
 MIN_SAMPLES = 8  # below this a key's history is too thin to trust
 RECENT = 64  # completion lengths kept per key for quantiles
+SHIFT = 8  # this many answers in a row past the window's p10..p90 mean the app changed (odds 0.1^8 by chance)
+TEMPLATE_CHARS = 512  # the template's characters that identify it
+_TEMPLATE_ROLES = ("<system>", "<developer>")
 UNKNOWN_P90 = 1024  # no max_tokens, no history, nothing that says short
 TOOLS_P90 = 256  # a tool call's arguments, as JSON
 JSON_P90 = 512  # a structured answer
@@ -46,6 +59,31 @@ class Prediction:
     source: Literal["history", "prior"]
 
 
+def length_key(pieces: Sequence[str], chat: bool, tenant: str, model: str, json_answer: bool) -> int:
+    """The (tenant, model, template, step) whose answers predict this request's.
+
+    ``pieces`` as ``policies.stable_prefix.chat_pieces`` renders a chat (the tools' JSON, then a role
+    marker and a text per message) or a completion's prompt. A chat's template is its tools and leading
+    system and developer messages; its step, whether its last message is a tool's result. A completion
+    has no roles: its first characters stand for the template.
+    """
+    template: list[str] = []
+    step = "prompt"
+    if chat:
+        first = 1 if pieces and not pieces[0].startswith("<") else 0  # the tools' JSON starts with "["
+        template.extend(pieces[:first])
+        for index in range(first, len(pieces) - 1, 2):
+            if pieces[index] not in _TEMPLATE_ROLES:
+                break
+            template.append(pieces[index + 1])
+        step = "after-tool" if len(pieces) >= 2 and pieces[-2] == "<tool>" else "turn"
+    else:
+        template.extend(pieces[:1])
+    head = "\x00".join(template)[:TEMPLATE_CHARS]
+    text = "\x00".join((tenant, model, step, "json" if json_answer else "text", head))
+    return int.from_bytes(blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
+
+
 class LengthHistory:
     """Recent completion lengths of one (tenant, template), kept sorted too for quantiles."""
 
@@ -62,6 +100,16 @@ class LengthHistory:
         bisect.insort(self.sorted, tokens)
         if len(self.recent) > RECENT:
             del self.sorted[bisect.bisect_left(self.sorted, self.recent.popleft())]
+        if len(self.recent) >= 2 * SHIFT and self._shifted():
+            for _ in range(len(self.recent) - SHIFT):
+                del self.sorted[bisect.bisect_left(self.sorted, self.recent.popleft())]
+
+    def _shifted(self) -> bool:
+        """The last ``SHIFT`` answers all lie above the older ones' p90, or all below their p10."""
+        older = sorted(list(self.recent)[:-SHIFT])
+        low, high = older[int(0.1 * len(older))], older[min(len(older) - 1, int(0.9 * len(older)))]
+        last = list(self.recent)[-SHIFT:]
+        return all(tokens > high for tokens in last) or all(tokens < low for tokens in last)
 
     def quantile(self, q: float) -> int:
         values = self.sorted

@@ -12,8 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from policies.affinity import prefix_key
-from policies.length import LengthHistory, Prediction, features_of, predict
+from policies.length import LengthHistory, Prediction, features_of, length_key, predict
 from policies.limits import RateLimits, output_reservation, ratelimit_headers
 from policies.refusals import LimiterDown, RateLimited, Refused
 from policies.stable_prefix import Pieces
@@ -22,7 +21,6 @@ from proxy.admission.rate_limiter import Limiter, LimiterUnavailable, Ticket
 from proxy.admission.token_count import TokenCounter
 from proxy.observability.metrics import Metrics
 
-TEMPLATE_CHARS = 512  # the prompt start that identifies a (tenant, template) for length history
 MAX_HISTORIES = 10_000  # (tenant, template) keys remembered, least recently used dropped first
 
 
@@ -102,8 +100,9 @@ class Admission:
             self.metrics.admission_clamped(tenant_name)
         admitted = Admitted(body, changed, prompt_tokens)
         if self.predicts or tenant.limits.tokens_per_minute is not None:
-            admitted.length_key = prefix_key(pieces, "", tenant_name, TEMPLATE_CHARS)
             features = features_of(body, requested_output(body)[1])
+            admitted.length_key = length_key(pieces, "messages" in body, tenant_name, str(body.get("model", "")),
+                                             features.json_answer)
             admitted.prediction = predict(features, self.book.get(admitted.length_key))
         return admitted
 

@@ -3,8 +3,8 @@ tests/bench/length_workload.py through the current predictor, exactly as the gat
 
 Per request, as a chat request takes the gateway's path: the tenant's prompt rewrite with the default
 policy (``rewrite_chat``: volatile spans such as a clock reading move to the end), ``chat_pieces``, then
-the gateway's own ``Admission.prepare`` (the key over the tenant and the first ``TEMPLATE_CHARS`` of
-the rendered prompt, ``features_of`` the body, ``predict`` with that key's history), the pool by
+the gateway's own ``Admission.prepare`` (its length key, ``features_of`` the body, ``predict`` with
+that key's history), the pool by
 ``choose_by_length`` between a short pool at the default ``short_threshold`` and a long one, and once
 the answer ended ``Admission.finish`` records the true length into the key's history. Answers end in
 arrival order (``--in-flight 0``, the best case for the history) or ``--in-flight N`` requests later.
@@ -15,9 +15,11 @@ the share truly short; recall = of the truly short, the share predicted short; M
 of the predicted p50 against the true length; settles = requests of the app before the first one from
 which it is classified right and every WINDOW of its requests in a row are >= 90 % right ("never" when
 there is none); drift = the same, counted from the app's first request after its lengths changed.
-Median over the seeds, [min, max].
+Median over the seeds, [min, max]. With ``--baseline REF`` the same workloads also run through a worktree
+of REF (its own copy of this script), and a second table sets the two predictors side by side.
 
-    python tests/bench/length_prediction.py [--seeds 3] [--requests 6000] [--in-flight 0] [--out docs/benchmarks.md]
+    python tests/bench/length_prediction.py [--baseline REF] [--seeds 3] [--requests 6000] [--in-flight 0]
+        [--out docs/benchmarks.md]
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import json
+import shutil
+import subprocess
 import sys
+import tempfile
 from datetime import date
 from pathlib import Path
 from statistics import mean, median
@@ -190,15 +196,50 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def baseline_results(ref: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The same workloads through REF's predictor: its own copy of this script, in a worktree of REF."""
+    folder = Path(tempfile.mkdtemp(prefix="pg-length-"))
+    tree = folder / "tree"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), ref], check=True,
+                   capture_output=True)
+    try:
+        out = folder / "benchmarks.md"
+        shutil.copy(tree / "docs" / "benchmarks.md", out)
+        subprocess.run([sys.executable, str(tree / "tests" / "bench" / "length_prediction.py"), "--seeds",
+                        str(args.seeds), "--requests", str(args.requests), "--in-flight", str(args.in_flight),
+                        "--out", str(out)], check=True, capture_output=True, cwd=tree)
+        return json.loads((folder / "length_prediction.json").read_text())["results"]
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=True)
+
+
+def side_by_side(before: dict[str, Any], after: dict[str, Any], ref: str) -> str:
+    columns = ("app", "precision", "recall", "p50 MAE, tokens", "settles after", "recovers from drift after")
+    rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for name, row in after.items():
+        if name == CEILING:
+            continue
+        old = before[name]
+        pairs = {metric: f"{cell(old[metric], kind, False)} → {cell(row[metric], kind, False)}"
+                 for metric, kind in (("precision", "share"), ("recall", "share"), ("p50_mae", "tokens"),
+                                      ("settles", "requests"), ("drift_recovery", "requests"))}
+        rows.append("| " + " | ".join([
+            name, pairs["precision"], pairs["recall"], pairs["p50_mae"],
+            pairs["settles"] if name in APP_NAMES else "—", pairs["drift_recovery"] if row["drifts"] else "—"]) + " |")
+    return f"Before ({ref}) → after (this tree), medians of the same seeds:\n\n" + "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=3, help="workloads, seeded 1..N")
     parser.add_argument("--requests", type=int, default=6000, help="requests per workload")
     parser.add_argument("--in-flight", type=int, default=0, help="requests that arrive before an answer ends")
+    parser.add_argument("--baseline", help="a git ref whose predictor runs the same workloads, side by side")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     args = parser.parse_args()
     runs = [evaluate(seed, args.requests, args.in_flight) for seed in range(1, args.seeds + 1)]
     results = medians(runs)
+    before = baseline_results(args.baseline, args) if args.baseline else None
     command = ("python tests/bench/length_prediction.py " + " ".join(sys.argv[1:])).strip()
     when = date.today().isoformat()
     overall = results["overall"]
@@ -219,11 +260,13 @@ def main() -> None:
         "which bounds what a predictor of each kind's distribution can reach; the rest of each length is the "
         "request's own draw. Median of the seeds [min, max]; the figures without a range are medians too.", "",
         table(results), "",
+        *([side_by_side(before, results, args.baseline), ""] if before is not None else []),
         f"The target: precision >= {BAR['precision']:.0%} and recall >= {BAR['recall']:.0%}: "
         + ("met." if meets else "not met."), "", "Result file: `docs/length_prediction.json`."])
     write_result(Path(args.out), "length_prediction", {
         "date": when, "machine": machine.machine(), "command": command, "threshold": THRESHOLD, "window": WINDOW,
-        "bar": BAR, "seeds": list(range(1, args.seeds + 1)), "runs": runs}, results)
+        "bar": BAR, "seeds": list(range(1, args.seeds + 1)), "runs": runs, "baseline": args.baseline,
+        "baseline_results": before}, results)
     write_block(Path(args.out), "length_prediction", block)
     print(table(results))
 

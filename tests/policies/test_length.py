@@ -6,13 +6,17 @@ import pytest
 
 from policies.length import (
     MIN_SAMPLES,
+    RECENT,
+    SHIFT,
     LengthFeatures,
     LengthHistory,
     PoolOption,
     choose_by_length,
     features_of,
+    length_key,
     predict,
 )
+from policies.stable_prefix import chat_pieces
 
 POOLS = [PoolOption("short", "short", 256), PoolOption("long", "long", 256)]
 
@@ -62,3 +66,47 @@ def test_history_keeps_only_recent_answers() -> None:
 def test_pool_choice_falls_back_to_any_pool_and_to_short_pools_alone() -> None:
     assert choose_by_length([PoolOption("a", "any", 0), PoolOption("s", "short", 128)], 500).name == "a"
     assert choose_by_length([PoolOption("s", "short", 128)], 500).name == "s"
+
+
+def chat_key(system: str, user: str, *, tenant: str = "acme", tool_result: bool = False,
+             json_answer: bool = False) -> int:
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    if tool_result:
+        messages += [{"role": "assistant", "content": None}, {"role": "tool", "content": "42 rows"}]
+    return length_key(chat_pieces({"messages": messages}), True, tenant, "m", json_answer)
+
+
+def test_the_length_key_is_the_template_not_the_users_words() -> None:
+    """Under a one-line system prompt the user's words once made every request a key of its own."""
+    assert chat_key("Classify the sentiment.", "I love it") == chat_key("Classify the sentiment.", "Meh, broken")
+    assert chat_key("Classify the sentiment.", "I love it") != chat_key("Summarize the text.", "I love it")
+    assert chat_key("Classify.", "x") != chat_key("Classify.", "x", tenant="globex")
+
+
+def test_an_agents_step_after_a_tool_result_and_a_json_answer_learn_apart() -> None:
+    plain = chat_key("You are an agent.", "Incident 7")
+    assert plain != chat_key("You are an agent.", "Incident 7", tool_result=True)
+    assert plain != chat_key("You are an agent.", "Incident 7", json_answer=True)
+
+
+def test_a_completion_prompt_keys_on_its_start() -> None:
+    head = "You are a poet. " * 40
+    assert length_key((head + "roses",), False, "acme", "m", False) == length_key((head + "tulips",), False, "acme",
+                                                                                     "m", False)
+
+
+def test_a_history_forgets_answers_from_before_its_app_changed() -> None:
+    """Long answers, then short ones: after SHIFT short ones in a row the prediction is short at once, where
+    a window of 64 long answers needed most of 64 short ones to move its p90."""
+    history = history_of([600 + n % 50 for n in range(RECENT)])
+    for _ in range(SHIFT):
+        history.observe(80)
+    assert choose_by_length(POOLS, predict(LengthFeatures(None), history).p90).name == "short"
+
+
+def test_a_heavy_tail_is_not_taken_for_a_change() -> None:
+    history = history_of([100, 120, 90, 2000, 110, 95, 130, 105] * 8)
+    before = predict(LengthFeatures(None), history).p90
+    for tokens in (100, 3000, 90, 2500):
+        history.observe(tokens)
+    assert len(history.recent) == RECENT and predict(LengthFeatures(None), history).p90 == before
