@@ -270,9 +270,9 @@ def main() -> None:
         "chunks, timed on a second pass (the first warms caches and memory maps); local: one collection per tenant "
         "(brute force, the previous embedded store); edge: one shard, tenant-keyed payload index, one HNSW graph per "
         f"tenant (m=0, payload_m={PAYLOAD_M}, ef_construct={EF_CONSTRUCT}) built by optimize() after ingest, one "
-        "search thread; prefixgate: the embedded store on those settings as the gateway runs it (one ingest that "
-        "also stores BM25 vectors and publishes a generation, its index build counted apart; searches through its "
-        "thread).",
+        "search thread; prefixgate: the embedded store as the gateway runs it, on those settings plus int8 copies of "
+        "the vectors for the graph walk, rescored on the full ones (oversampling 2); one ingest that also stores "
+        "BM25 vectors and publishes a generation, its index build counted apart; searches through its thread.",
         "", table(results), "", "Result file: `docs/store_scale.json`."])
     write_result(Path(args.out), "store_scale", {"date": when, "machine": machine.machine(), "versions": versions,
                                                  "command": command.strip(), "runs": args.runs}, results)
