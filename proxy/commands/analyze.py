@@ -24,7 +24,7 @@ from policies.types import Rejection
 from policies.validate import validate_request
 from policies.volatile import find_volatile
 from proxy.auth.tenants import tenant_policies
-from proxy.config.load import ConfigError, load_config
+from proxy.commands.command_config import config_or_report
 
 Encode = Callable[[str], list[int]]
 
@@ -172,10 +172,8 @@ def run(args: argparse.Namespace) -> int:
     if not path.is_file():
         print(f"prefixgate analyze: {path}: no such file", file=sys.stderr)
         return 2
-    try:
-        config = load_config(args.config)
-    except ConfigError as error:
-        print(f"prefixgate analyze: {error}", file=sys.stderr)
+    config = config_or_report(args.config, "analyze")
+    if config is None:
         return 2
     policy = tenant_policies(config, b"salts are not analyzed", extra=(args.tenant,))[args.tenant].prompt
     encode, tokenizer = make_encoder(args.tokenizer, args.model)

@@ -30,12 +30,10 @@ def run(args: Any) -> int:
     import asyncio
     import sys
 
-    from proxy.config.load import ConfigError, load_config
+    from proxy.commands.command_config import config_or_report
 
-    try:
-        config = load_config(args.config)
-    except ConfigError as error:
-        print(f"prefixgate: {error}", file=sys.stderr)
+    config = config_or_report(args.config, "ingest")
+    if config is None:
         return 2
     if not args.paths and not args.delete:
         print("prefixgate ingest: give PATH... to add or --delete DOC to remove", file=sys.stderr)

@@ -7,10 +7,9 @@ this is the one command their message names.
 from __future__ import annotations
 
 import asyncio
-import sys
 from typing import Any
 
-from proxy.config.load import ConfigError, load_config
+from proxy.commands.command_config import config_or_report
 from proxy.retrieval.edge_store import holds_local_mode
 from proxy.retrieval.migration import migrate_local_mode
 
@@ -23,10 +22,8 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: Any) -> int:
-    try:
-        config = load_config(args.config)
-    except ConfigError as error:
-        print(f"prefixgate: {error}", file=sys.stderr)
+    config = config_or_report(args.config, "migrate-store")
+    if config is None:
         return 2
     path = config.qdrant_path()
     if config.retrieval.qdrant_url or not holds_local_mode(path):
