@@ -275,6 +275,27 @@ def test_requests_go_to_the_short_or_long_pool_by_predicted_length(
     assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "x-prefixgate-pool"
 
 
+def test_a_long_answer_in_the_short_pool_streams_whole_and_teaches_the_history(
+    short_and_long: tuple[FakeServer, FakeServer], start_proxy: Callable[..., str]
+) -> None:
+    """A template learned short can still answer long: the stream is not cut, the miss is counted where
+    operators see it, and after a run of long answers the template goes to the long pool again."""
+    short, long = short_and_long
+    proxy = start_proxy({"pools": [pool("short", short.base_url, models=["fake-model"], output="short"),
+                                   pool("long", long.base_url, models=["fake-model"], output="long")]})
+    for _ in range(8):
+        assert httpx.post(proxy + "/v1/chat/completions", json=chat(fake_tokens=3)).status_code == 200
+    with httpx.stream("POST", proxy + "/v1/chat/completions", json=chat(fake_tokens=400, stream=True)) as answer:
+        assert answer.headers["x-prefixgate-pool"] == "short"  # predicted short, answered long
+        events = [line for line in answer.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]" and len(events) >= 400  # every token arrived
+    metrics = httpx.get(proxy + "/metrics").text
+    assert sample_sum(metrics, "prefixgate_length_predictions_total", pool="short", outcome="above") == 1
+    pools = [httpx.post(proxy + "/v1/chat/completions", json=chat(fake_tokens=400)).headers["x-prefixgate-pool"]
+             for _ in range(9)]
+    assert pools[-1] == "long" and pools.count("short") <= 8  # the history followed the change
+
+
 def test_a_configured_tokenizer_counts_the_prompt(fake: FakeServer, start_proxy: Callable[..., str],
                                                   tmp_path: Path) -> None:
     """With the model's tokenizer.json the cap counts its tokens: here one per word plus three for the
