@@ -37,10 +37,12 @@ import sys
 import tempfile
 import time
 from datetime import date
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httpx
 import uvloop
 from aiohttp import web
 
@@ -54,6 +56,8 @@ from tests.bench.length_workload import LengthRequest, workload  # noqa: E402
 from tests.bench.open_loop import percentile, schedule  # noqa: E402
 from tests.bench.processes import start_engine, start_gateway, stop_gateway  # noqa: E402
 from tests.bench.report import write_block, write_result  # noqa: E402
+from tests.bench.routing import _send as stream_one  # noqa: E402
+from tests.support.waiting import wait_until  # noqa: E402
 
 MODEL = "prefixgate-tiny"
 TRUTH = "bench_true_tokens"
@@ -105,6 +109,13 @@ def shim_app(engine: str) -> web.Application:
     return app
 
 
+def answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def start_shim(engine: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     with open(workdir / f"shim-{port}.log", "wb") as log:
@@ -117,20 +128,10 @@ def start_shim(engine: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str
 
 async def send(session: aiohttp.ClientSession, url: str, request: LengthRequest, due: float,
                headers: dict[str, str]) -> dict[str, Any]:
+    short = min(request.true_tokens, MAX_ANSWER) <= THRESHOLD
     body = {**request.body, "model": MODEL, TRUTH: request.true_tokens, "stream": True}
-    first, tokens, status = None, 0, 0
-    try:
-        async with session.post(url, json=body, headers=headers) as response:
-            status = response.status
-            async for line in response.content:
-                if line.startswith(b"data: {"):
-                    tokens += 1
-                    if first is None:
-                        first = time.perf_counter() - due
-    except (aiohttp.ClientError, TimeoutError):
-        status = status or 599
-    return {"short": min(request.true_tokens, MAX_ANSWER) <= THRESHOLD, "status": status, "ttft": first,
-            "tokens": tokens}
+    outcome = await stream_one(session, url, body, "short" if short else "long", due, headers)
+    return {"short": short, "status": outcome.status, "ttft": outcome.ttft, "tokens": outcome.chunks}
 
 
 async def run_load(origin: str, requests: list[LengthRequest], offsets: list[float], oracle: bool,
@@ -186,7 +187,8 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         for engine in engines:
             engine.wait_ready(300)
         shims = [start_shim(engine.origin, workdir) for engine in engines]
-        time.sleep(2)
+        for _, origin in shims:
+            wait_until(partial(answers, origin + "/health"), timeout=30, interval=0.1, what=f"the shim at {origin}")
         runs: dict[str, list[dict[str, Any]]] = {}
         for number in range(args.passes):
             seed = 100 + number
