@@ -258,8 +258,8 @@ class EdgeStore(VectorStore):
 
     # -- versions: how this process learns of another's ingest --
 
-    def _published(self) -> dict[str, Path]:
-        """collection -> its published generation, for every collection under the folder."""
+    def _published(self) -> dict[str, tuple[Path, dict[str, Any]]]:
+        """collection -> its published generation and manifest, for every collection under the folder."""
         found = {}
         if self.root.is_dir():
             for folder in self.root.iterdir():
@@ -268,19 +268,17 @@ class EdgeStore(VectorStore):
                     manifest = json.loads((folder / name / MANIFEST).read_text())
                 except (FileNotFoundError, NotADirectoryError):
                     continue
-                found[manifest["collection"]] = folder / name
+                found[manifest["collection"]] = (folder / name, manifest)
         return found
 
     async def versions(self) -> dict[tuple[str, str], str]:
         """Also moves this process's readers to generations published since they opened."""
-        published = await asyncio.to_thread(self._published)
         versions: dict[tuple[str, str], str] = {}
-        for collection, path in published.items():
+        for collection, (path, manifest) in (await asyncio.to_thread(self._published)).items():
             reader = self._readers.get(collection)
             if reader is not None and reader.path != path:
                 fresh = await asyncio.to_thread(load_generation, path)
                 await self.run(self._swap, collection, fresh)
-            manifest = json.loads(await asyncio.to_thread((path / MANIFEST).read_text))
             versions.update({(collection, tenant): version for tenant, version in manifest["versions"].items()})
         return versions
 

@@ -178,7 +178,7 @@ class ServerStore(VectorStore):
         mode = query.mode
         if not await self._is_named(query.collection):
             return models.QueryRequest(query=query.vector, limit=query.limit, with_payload=True, filter=where)
-        indices, values = self.words.query(query.text)
+        indices, values = self.words.query(query.text) if mode.uses_sparse else ([], [])
         sparse = models.SparseVector(indices=indices, values=values)
         if not mode.fused:
             vector, using = (query.vector, DENSE_VECTOR) if mode.uses_dense else (sparse, SPARSE_VECTOR)

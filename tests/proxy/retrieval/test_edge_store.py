@@ -11,7 +11,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+
+import pytest
 
 from proxy.retrieval.edge_store import EdgeStore
 from proxy.retrieval.generations import GRACE_S, Generations, folder_name
@@ -41,22 +44,26 @@ async def doc_ids(store: EdgeStore) -> list[str]:
     return sorted(hit.doc_id for hit in await store.search("docs", "acme", [1.0, 0.0, 0.0], 10))
 
 
+@pytest.fixture
+async def gateway(tmp_path: Path) -> AsyncIterator[EdgeStore]:
+    """A gateway's store over a collection that holds the document "before"."""
+    store = EdgeStore.open(tmp_path / "qdrant", dimensions=3)
+    await store.upsert("docs", "acme", [stored_chunk("before", [1.0, 0.0, 0.0])])
+    yield store
+    await store.aclose()
+
+
 async def test_an_ingest_killed_midway_loses_no_document_stored_before_and_blocks_no_next_ingest(
-        tmp_path: Path) -> None:
-    folder = tmp_path / "qdrant"
-    gateway = EdgeStore.open(folder, dimensions=3)
-    try:
-        await gateway.upsert("docs", "acme", [stored_chunk("before", [1.0, 0.0, 0.0])])
-        writer = start_writer(folder, "killed", 60)
-        wait_written(writer)
-        writer.send_signal(signal.SIGKILL)  # as kill -9, or the machine losing power
-        finish(writer)
-        assert await doc_ids(gateway) == ["before"]  # the killed run's chunk was never published
-        await gateway.upsert("docs", "acme", [stored_chunk("after", [1.0, 0.0, 0.0])])  # its lock died with it
-        assert await doc_ids(gateway) == ["after", "before"]
-    finally:
-        await gateway.aclose()
-    generations = sorted(p.name for p in (folder / "edge" / folder_name("docs")).iterdir() if p.name.startswith("g"))
+        gateway: EdgeStore) -> None:
+    writer = start_writer(gateway.path, "killed", 60)
+    wait_written(writer)
+    writer.send_signal(signal.SIGKILL)  # as kill -9, or the machine losing power
+    finish(writer)
+    assert await doc_ids(gateway) == ["before"]  # the killed run's chunk was never published
+    await gateway.upsert("docs", "acme", [stored_chunk("after", [1.0, 0.0, 0.0])])  # its lock died with it
+    assert await doc_ids(gateway) == ["after", "before"]
+    folder = gateway.root / folder_name("docs")
+    generations = sorted(p.name for p in folder.iterdir() if p.name.startswith("g"))
     assert generations == ["g000000001", "g000000002"], generations  # the killed run's copy made way for the next
 
 
@@ -75,18 +82,12 @@ async def test_two_ingests_of_one_collection_take_turns_and_both_land(tmp_path: 
         await store.aclose()
 
 
-async def test_a_gateway_searches_while_another_process_ingests(tmp_path: Path) -> None:
-    folder = tmp_path / "qdrant"
-    gateway = EdgeStore.open(folder, dimensions=3)
-    try:
-        await gateway.upsert("docs", "acme", [stored_chunk("before", [1.0, 0.0, 0.0])])
-        writer = start_writer(folder, "during", 2)
-        wait_written(writer)
-        assert await doc_ids(gateway) == ["before"]  # the ingest under way is not visible yet, and not in the way
-        assert finish(writer) == 0
-        assert await doc_ids(gateway) == ["before", "during"]
-    finally:
-        await gateway.aclose()
+async def test_a_gateway_searches_while_another_process_ingests(gateway: EdgeStore) -> None:
+    writer = start_writer(gateway.path, "during", 2)
+    wait_written(writer)
+    assert await doc_ids(gateway) == ["before"]  # the ingest under way is not visible yet, and not in the way
+    assert finish(writer) == 0
+    assert await doc_ids(gateway) == ["before", "during"]
 
 
 def test_superseded_generations_stay_for_readers_that_have_not_looked_yet(tmp_path: Path) -> None:
