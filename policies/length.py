@@ -16,6 +16,14 @@ tool's result asks for a different kind of answer (often the long final one) tha
 (often a short tool call), and a JSON answer differs from prose. A history that sees its last
 ``SHIFT`` answers all beyond its old range (an app whose answers changed) forgets the old ones at
 once, where a plain window of 64 took most of 64 answers to follow a fall.
+
+A split into short and long pools helps short answers only when nearly all of them reach the short
+pool: one short answer in twenty sent to a congested long pool sets the short answers' p95 by itself.
+So a short pool keeps a ``ShortRecall``, the share of the recent truly short answers that the rule
+sent (or would have sent) to it, and the split holds only while that share is at least the pool's
+``min_recall``; below it, ``split_pays`` is false and requests go to the less loaded of the short and
+the long pool, as one pool. The split then costs nothing where answers cannot be told apart from
+their requests (a chat app whose lengths straddle the threshold), and resumes once they can.
 """
 
 from __future__ import annotations
@@ -59,6 +67,16 @@ class Prediction:
     source: Literal["history", "prior"]
 
 
+Step = Literal["turn", "after-tool", "prompt"]
+
+
+def step_of(pieces: Sequence[str], chat: bool) -> Step:
+    """A chat's step: whether its last message is a tool's result; a completion is a ``prompt``."""
+    if not chat:
+        return "prompt"
+    return "after-tool" if len(pieces) >= 2 and pieces[-2] == "<tool>" else "turn"
+
+
 def length_key(pieces: Sequence[str], chat: bool, tenant: str, model: str, json_answer: bool) -> int:
     """The (tenant, model, template, step) whose answers predict this request's.
 
@@ -68,7 +86,7 @@ def length_key(pieces: Sequence[str], chat: bool, tenant: str, model: str, json_
     has no roles: its first characters stand for the template.
     """
     template: list[str] = []
-    step = "prompt"
+    step = step_of(pieces, chat)
     if chat:
         first = 1 if pieces and not pieces[0].startswith("<") else 0  # the tools' JSON starts with "["
         template.extend(pieces[:first])
@@ -76,7 +94,6 @@ def length_key(pieces: Sequence[str], chat: bool, tenant: str, model: str, json_
             if pieces[index] not in _TEMPLATE_ROLES:
                 break
             template.append(pieces[index + 1])
-        step = "after-tool" if len(pieces) >= 2 and pieces[-2] == "<tool>" else "turn"
     else:
         template.extend(pieces[:1])
     head = "\x00".join(template)[:TEMPLATE_CHARS]
@@ -138,6 +155,8 @@ def predict(features: LengthFeatures, history: LengthHistory | None) -> Predicti
 
 
 PoolKind = Literal["any", "short", "long"]
+RECALL_WINDOW = 512  # truly short answers a short pool's recall is measured over
+RECALL_SAMPLES = 64  # below this many, the recall is unknown and the split waits
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +164,39 @@ class PoolOption:
     name: str
     kind: PoolKind
     short_threshold: int
+    min_recall: float = 0.0
+
+
+class ShortRecall:
+    """Of the recent answers within a short pool's threshold, which ones the prediction sent to it."""
+
+    __slots__ = ("caught", "recent", "threshold")
+
+    def __init__(self, threshold: int, window: int = RECALL_WINDOW) -> None:
+        self.threshold = threshold
+        self.recent: deque[bool] = deque(maxlen=window)
+        self.caught = 0  # how many of ``recent`` are True
+
+    def observe(self, predicted_p90: int, actual: int) -> None:
+        if actual > self.threshold:
+            return
+        if len(self.recent) == self.recent.maxlen and self.recent[0]:
+            self.caught -= 1
+        caught = predicted_p90 <= self.threshold
+        self.recent.append(caught)
+        self.caught += caught
+
+    @property
+    def recall(self) -> float | None:
+        return self.caught / len(self.recent) if len(self.recent) >= RECALL_SAMPLES else None
+
+
+def split_pays(recall: float | None, min_recall: float) -> bool:
+    """Whether a short pool should take only the answers predicted short: yes once its measured recall
+    reaches ``min_recall`` (0: always, the recall unmeasured included)."""
+    if min_recall <= 0:
+        return True
+    return recall is not None and recall >= min_recall
 
 
 def choose_by_length(options: list[PoolOption], predicted_p90: int) -> PoolOption:

@@ -2,7 +2,9 @@
 
 The reasons are the ``reason`` label of ``prefixgate_pool_choices_total``: ``named`` (the client
 named it in x-prefixgate-pool), ``length`` (among the pools that serve the model, by the predicted
-output length), ``model`` (the first pool that serves the model, else the first that takes any).
+output length), ``merged`` (a short pool whose split does not pay now, see ``split_pays``, and its long
+pool taken as one: the less loaded of the two), ``model`` (the first pool that serves the model, else the
+first that takes any).
 The embeddings upstream takes embeddings requests for the models it serves or, knowing none,
 all of them.
 """
@@ -15,7 +17,7 @@ from typing import Literal, Protocol, TypeVar
 from policies.length import PoolOption, choose_by_length
 from policies.refusals import ModelNotInPool, UnknownModel, UnknownPool
 
-PoolReason = Literal["named", "length", "model"]
+PoolReason = Literal["named", "length", "merged", "model"]
 
 
 class Servable(Protocol):
@@ -28,6 +30,16 @@ class Servable(Protocol):
 
     @property
     def catch_all(self) -> bool: ...
+
+    @property
+    def splits(self) -> bool:
+        """A short pool: whether it takes only the answers predicted short now."""
+        ...
+
+    @property
+    def load(self) -> float:
+        """Requests in flight per replica."""
+        ...
 
 
 P = TypeVar("P", bound=Servable)
@@ -51,7 +63,7 @@ def choose_pool(
     if predicted_p90 is not None and routes_by_length:
         serving = [pool for pool in pools if pool.serves(model)] or [pool for pool in pools if pool.catch_all]
         if serving:
-            return by_name[choose_by_length([pool.option for pool in serving], predicted_p90).name], "length"
+            return _by_length(serving, by_name, predicted_p90)
     for pool in pools:  # the common case: no list built per request
         if pool.serves(model):
             return pool, "model"
@@ -59,3 +71,12 @@ def choose_pool(
         if pool.catch_all:
             return pool, "model"
     return UnknownModel(model)
+
+
+def _by_length(serving: Sequence[P], by_name: Mapping[str, P], predicted_p90: int) -> tuple[P, PoolReason]:
+    short = next((pool for pool in serving if pool.option.kind == "short"), None)
+    if short is not None and not short.splits:
+        other = next((pool for pool in serving if pool.option.kind != "short"), None)
+        if other is not None:
+            return (short if short.load <= other.load else other), "merged"
+    return by_name[choose_by_length([pool.option for pool in serving], predicted_p90).name], "length"

@@ -60,7 +60,8 @@ class Gateway:
         wants_answers = any(t.answer_ttl for t in tenants.values())
         answers = AnswerStore(tiered_cache(config.redis, "answers", metrics, clock)) if wants_answers else None
         limiter = open_limiter(config.redis, metrics.limiter_unavailable, clock)
-        admission = Admission(limiter, TokenCounter(config.tokenizer), metrics, predicts=upstreams.routes_by_length)
+        admission = Admission(limiter, TokenCounter(config.tokenizer), metrics, predicts=upstreams.routes_by_length,
+                              on_length=upstreams.observe_length)
         access_log = None
         if config.access_log.enabled:
             access_log = AccessLog(config.access_log.path, prompts=config.access_log.prompts)

@@ -9,10 +9,11 @@ the usage the upstream reported.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from policies.length import LengthHistory, Prediction, features_of, length_key, predict
+from policies.length import LengthHistory, Prediction, Step, features_of, length_key, predict, step_of
 from policies.limits import RateLimits, output_reservation, ratelimit_headers
 from policies.refusals import LimiterDown, RateLimited, Refused
 from policies.stable_prefix import Pieces
@@ -21,6 +22,7 @@ from proxy.admission.rate_limiter import Limiter, LimiterUnavailable, Ticket
 from proxy.admission.token_count import TokenCounter
 from proxy.observability.metrics import Metrics
 
+LengthObserver = Callable[[str, int, int], None]  # (model, predicted p90, completion tokens)
 MAX_HISTORIES = 10_000  # (tenant, template) keys remembered, least recently used dropped first
 
 
@@ -50,6 +52,8 @@ class Admitted:
     ticket: Ticket | None = None
     reserved: int = 0
     length_key: int | None = None
+    tenant: str = ""
+    step: Step = "turn"
 
 
 class LengthBook:
@@ -75,8 +79,10 @@ class LengthBook:
 
 
 class Admission:
-    def __init__(self, limiter: Limiter, counter: TokenCounter, metrics: Metrics, *, predicts: bool) -> None:
+    def __init__(self, limiter: Limiter, counter: TokenCounter, metrics: Metrics, *, predicts: bool,
+                 on_length: LengthObserver | None = None) -> None:
         self.limiter = limiter
+        self.on_length = on_length  # told each answer's model, predicted p90 and length
         self.counter = counter
         self.metrics = metrics
         self.predicts = predicts  # some pool is for short answers: every request gets a prediction
@@ -101,8 +107,10 @@ class Admission:
         admitted = Admitted(body, changed, prompt_tokens)
         if self.predicts or tenant.limits.tokens_per_minute is not None:
             features = features_of(body, requested_output(body)[1])
-            admitted.length_key = length_key(pieces, "messages" in body, tenant_name, str(body.get("model", "")),
+            chat = "messages" in body
+            admitted.length_key = length_key(pieces, chat, tenant_name, str(body.get("model", "")),
                                              features.json_answer)
+            admitted.tenant, admitted.step = tenant_name, step_of(pieces, chat)
             admitted.prediction = predict(features, self.book.get(admitted.length_key))
         return admitted
 
@@ -133,7 +141,10 @@ class Admission:
         if completion_tokens is not None and admitted.length_key is not None:
             self.book.observe(admitted.length_key, completion_tokens)
             if admitted.prediction is not None:
-                self.metrics.observe_length(pool, admitted.prediction.p90, completion_tokens)
+                self.metrics.observe_length(pool, admitted.tenant, admitted.step, admitted.prediction.p90,
+                                            completion_tokens)
+                if self.on_length is not None:
+                    self.on_length(str(admitted.body.get("model", "")), admitted.prediction.p90, completion_tokens)
         if admitted.ticket is not None:
             used = (prompt_tokens if prompt_tokens is not None else admitted.prompt_tokens) + (completion_tokens or 0)
             await self.limiter.settle(admitted.ticket, used)

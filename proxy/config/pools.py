@@ -65,6 +65,25 @@ class EngineMetrics(_Frozen):
     """on the replica's origin"""
 
 
+class KvEvents(_Frozen):
+    """With `balance: kv_events`: where the engines publish the blocks they cache, and how the gateway reads a
+    prompt's tokens to match them (vLLM's `--kv-events-config`, deploy/ has the flags)."""
+
+    tokenizer: str | None = Field(None, json_schema_extra={"shown_default": "required"})
+    """the model's folder as the engines load it (tokenizer and chat template files): a request's tokens are what
+    the engine will compute, so they can be matched with the blocks it reports"""
+    endpoints: list[str] = Field(default_factory=list)
+    """each replica's event socket in replica order, such as `tcp://10.0.0.5:5557`; none: each replica's own
+    `GET /kv_event_sources` names it (a `*` host becoming the replica's)"""
+    topic: str | None = Field(None, json_schema_extra={"shown_default": "the engine's"})
+    """the events' topic (`--kv-events-config`'s `topic`)"""
+    max_chars: int = Field(32768, ge=256)
+    """how many characters of the rendered prompt are tokenized for the match: the prefix an engine may hold"""
+    max_blocks: int = Field(1 << 20, ge=1)
+    """most blocks the index keeps of one replica; past it (its evictions went missing) the replica is forgotten and
+    learnt again from its next events"""
+
+
 def _check_base_url(url: str) -> str:
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"'{url}' is not an http(s) base URL such as http://127.0.0.1:8000/v1")
@@ -97,10 +116,15 @@ class UpstreamConfig(_Frozen):
     retry_budget: float = Field(0.2, ge=0, le=1)
     """retries under way may be at most this share of the pool's requests under way (at least 3 at once), so retries
     cannot multiply an outage"""
-    balance: Literal["prefix", "least_loaded"] = "prefix"
+    balance: Literal["prefix", "kv_events", "least_loaded"] = "prefix"
     """replica choice: `prefix` sends prompts that start alike to the same replica (consistent hashing over the
     rendered prompt's first `affinity_chars` characters, the model and the cache salt, so every prefixgate process
-    picks the same engine with no shared state); `least_loaded` takes the replica with the fewest requests in flight"""
+    picks the same engine with no shared state); `kv_events` first sends a prompt to the replica whose engine holds
+    the most of it now, by the blocks its engines report (`kv_events`), under the same `load_bound`, and by `prefix`
+    where none holds any; `least_loaded` takes the replica with the fewest requests in flight"""
+    kv_events: KvEvents = KvEvents()
+    """with `balance: kv_events`: where the engines' KV-cache events come from, and the model's files to match
+    prompts with them"""
     load_bound: float = Field(1.25, ge=1.0)
     """with `prefix`: a replica takes a request only while its in-flight count, this one included, stays within this
     multiple of the pool's mean; past it the request goes to the next replica on the ring (>= 1)"""
@@ -122,6 +146,18 @@ class UpstreamConfig(_Frozen):
     @classmethod
     def _urls(cls, replicas: list[str]) -> list[str]:
         return [_check_base_url(url) for url in replicas]
+
+    @model_validator(mode="after")
+    def _kv_events(self) -> UpstreamConfig:
+        if self.balance != "kv_events":
+            return self
+        if self.kv_events.tokenizer is None:
+            raise ValueError("balance kv_events needs kv_events.tokenizer: the model's folder (tokenizer and chat "
+                             "template), to match prompts with the blocks the engines report")
+        if self.kv_events.endpoints and len(self.kv_events.endpoints) != len(self.replicas):
+            raise ValueError(f"kv_events.endpoints names {len(self.kv_events.endpoints)} sockets for "
+                             f"{len(self.replicas)} replicas: one per replica, in order, or none to ask each replica")
+        return self
 
 
 class PoolConfig(UpstreamConfig):
@@ -151,12 +187,20 @@ class PoolConfig(UpstreamConfig):
     """`max_tokens` given to requests for this pool that name none (when the tenant's `default_max_tokens` gave none)"""
     output: Literal["any", "short", "long"] = "any"
     """length routing among the pools that serve the same model: a `short` pool takes the requests whose predicted p90
-    output is at most `short_threshold` tokens; the rest go to the first pool that is not `short` (`long` or `any`).
+    output is at most `short_threshold` tokens; the rest go to the first pool that is not `short` (`long` or `any`);
+    while the prediction misses short answers (`min_recall`) the two take requests as one, the less loaded first.
     A request may name its pool with the header `x-prefixgate-pool: NAME` (400 if no such pool or it does not serve
     the model); answers say which pool served them in `x-prefixgate-pool` when length routing is on or the header
     was sent"""
     short_threshold: int = Field(256, ge=1)
     """with `output: short`: the largest predicted p90 output, in tokens, this pool takes"""
+    min_recall: float = Field(0.95, ge=0, le=1)
+    """with `output: short`: the split into short and long pools holds only while at least this share of the recent
+    truly short answers (the last 512, once 64 are in) were predicted short; below it, and until it is measured,
+    requests go to the less loaded of this pool and the long pool, as one pool. A short answer in the long pool waits
+    behind long ones, so when more than one in twenty land there the split makes short answers' p95 worse than one
+    pool (docs/benchmarks.md). `prefixgate_length_short_recall` and `prefixgate_length_split` show the state.
+    0: always split"""
     max_in_flight: int | None = Field(None, ge=1)
     """backpressure: most requests in flight per replica (the pool's cap is this times its replicas); past it requests
     wait in the pool's queue. None: no cap, no queue"""

@@ -53,7 +53,22 @@ HIT_RATE = LoadGauge("prefixgate_engine_prefix_cache_hit_rate", "A replica's pre
                      "(tokens) between the last two readings that saw queries.")
 PREEMPTIONS = LoadGauge("prefixgate_engine_preemptions", "Requests a replica's engine preempted (out of KV "
                         "blocks), as last read.", counter=True)
-GAUGES = (IN_FLIGHT, HEALTHY, QUEUED, ENGINE_UP, OTHERS, RUNNING, WAITING, KV_USAGE, HIT_RATE, PREEMPTIONS)
+SHORT_RECALL = LoadGauge("prefixgate_length_short_recall", "Share of a short pool's recent truly short answers "
+                         "(the last 512) that prediction sent to it; absent until 64 are in. The lowest worker's.",
+                         ("pool",), "livemin")
+LENGTH_SPLIT = LoadGauge("prefixgate_length_split", "1 while a short pool takes only the answers predicted short, "
+                         "0 while it and the long pool take requests as one (recall below min_recall).", ("pool",),
+                         "livemin")
+KV_BLOCKS = LoadGauge("prefixgate_kv_index_blocks", "Blocks a replica's engine holds by its KV events, as this "
+                     "process's index has them (balance kv_events).", mode="liveall")
+KV_LAG = LoadGauge("prefixgate_kv_event_lag_seconds", "Age of a replica's latest KV-event batch when it arrived.",
+                   mode="livemax")
+KV_BATCHES = LoadGauge("prefixgate_kv_event_batches", "KV-event batches received from a replica's engine.",
+                       mode="liveall", counter=True)
+KV_MISSED = LoadGauge("prefixgate_kv_event_batches_missed", "KV-event batches of a replica lost for good (not "
+                      "replayed): its blocks were forgotten and learnt again.", mode="liveall", counter=True)
+GAUGES = (IN_FLIGHT, HEALTHY, QUEUED, ENGINE_UP, OTHERS, RUNNING, WAITING, KV_USAGE, HIT_RATE, PREEMPTIONS,
+          SHORT_RECALL, LENGTH_SPLIT, KV_BLOCKS, KV_LAG, KV_BATCHES, KV_MISSED)
 
 
 def load_samples(upstreams: Upstreams, now: float) -> Iterator[tuple[LoadGauge, list[str], float]]:
@@ -77,6 +92,18 @@ def load_samples(upstreams: Upstreams, now: float) -> Iterator[tuple[LoadGauge, 
             yield PREEMPTIONS, key, reading.sample.preemptions
         if pool.gate is not None:
             yield QUEUED, [pool.name], pool.gate.queue.size
+        if pool.kv is not None:
+            for replica, feed in zip(pool.replicas, pool.kv.feeds, strict=True):
+                key = [pool.name, replica.base_url]
+                yield KV_BLOCKS, key, pool.kv.index.size(feed.replica)
+                yield KV_LAG, key, feed.state.lag_s
+                yield KV_BATCHES, key, feed.state.batches
+                yield KV_MISSED, key, feed.state.missed
+        if pool.recall is not None:
+            recall = pool.recall.recall
+            if recall is not None:
+                yield SHORT_RECALL, [pool.name], recall
+            yield LENGTH_SPLIT, [pool.name], 1 if pool.splits else 0
 
 
 class LoadCollector(Collector):

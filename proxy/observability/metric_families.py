@@ -12,6 +12,7 @@ from proxy.observability.tallies import CounterFamily, HistogramFamily, MetricKi
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 PREFIX_TOKEN_BUCKETS = (0, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+HELD_TOKEN_BUCKETS = (0, 128, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 OUTPUT_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 RATIO_BUCKETS = (0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1)
 TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1)
@@ -92,6 +93,7 @@ class RoutingFamilies:
     clamped: CounterFamily
     output_tokens: HistogramFamily
     predictions: CounterFamily
+    held_tokens: HistogramFamily
 
     @classmethod
     def register(cls, registry: CollectorRegistry, kinds: MetricKinds) -> RoutingFamilies:
@@ -138,8 +140,13 @@ class RoutingFamilies:
                 ["pool", "kind"], buckets=OUTPUT_TOKEN_BUCKETS, registry=registry,
             ),
             predictions=kinds.counter(
-                "prefixgate_length_predictions", "Answers at or below their predicted p90 length (within) or above it.",
-                ["pool", "outcome"], registry=registry,
+                "prefixgate_length_predictions", "Answers at or below their predicted p90 length (within) or above it, "
+                "by pool, tenant and step (turn, after-tool: an agent's request carrying a tool's result, prompt: "
+                "a completion).", ["pool", "tenant", "step", "outcome"], registry=registry,
+            ),
+            held_tokens=kinds.histogram(
+                "prefixgate_kv_held_tokens", "Prompt tokens the chosen replica's engine held when it was chosen "
+                "(balance kv_events; 0: none held there).", ["pool"], buckets=HELD_TOKEN_BUCKETS, registry=registry,
             ),
         )
 

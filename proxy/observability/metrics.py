@@ -158,10 +158,14 @@ class Metrics:
     def admission_clamped(self, tenant: str) -> None:
         self._routing.clamped.labels(self.tenant_label(tenant)).inc()
 
-    def observe_length(self, pool: str, predicted_p90: int, actual: int) -> None:
+    def observe_length(self, pool: str, tenant: str, step: str, predicted_p90: int, actual: int) -> None:
         self._routing.output_tokens.labels(pool, "predicted_p90").observe(predicted_p90)
         self._routing.output_tokens.labels(pool, "actual").observe(actual)
-        self._routing.predictions.labels(pool, "within" if actual <= predicted_p90 else "above").inc()
+        outcome = "within" if actual <= predicted_p90 else "above"
+        self._routing.predictions.labels(pool, self.tenant_label(tenant), step, outcome).inc()
+
+    def held_at_choice(self, pool: str, tokens: int) -> None:
+        self._routing.held_tokens.labels(pool).observe(tokens)
 
     def shed(self, pool: str, reason: str) -> None:
         self._routing.shed.labels(pool, reason).inc()

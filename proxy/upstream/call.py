@@ -152,7 +152,7 @@ class UpstreamCall:
                 self.record.metrics.observe_queue_wait(pool.name, perf_counter() - queued)
             self.slot = pool.gate
         try:
-            replica, reason = pool.pick(self.out.key)
+            replica, reason = pool.pick(self.out.key, self.out.held)
         except Refused:
             if self.slot is not None:
                 self.slot.release()
@@ -163,6 +163,9 @@ class UpstreamCall:
         replica.take()
         self.outcome.replica = replica
         self.record.metrics.replica_chosen(pool.name, replica.base_url, reason)
+        held, kv = self.out.held, pool.kv
+        if held is not None and kv is not None:
+            self.record.metrics.held_at_choice(pool.name, held[pool.replicas.index(replica)] * (kv.block_size or 0))
 
     async def _via_litellm(self, pool: LitellmPool, send: Send, watch: DisconnectWatch) -> None:
         if self.keepalive is not None:

@@ -53,6 +53,7 @@ class Outgoing:
     headers: list[tuple[bytes, bytes]]  # prefixgate's own response headers, added to the upstream's
     fallback: str | None = None  # retrieved evidence to answer with if the model cannot
     hide_usage: bool = False  # the gateway asked for the stream's usage event; the client did not
+    held: list[int] | None = None  # per replica, the prompt's leading blocks its engine holds (balance kv_events)
 
 
 @dataclass(slots=True)

@@ -15,7 +15,7 @@ import orjson
 
 from policies.affinity import HashRing, prefix_key
 from policies.health import EjectionRules, usable
-from policies.length import PoolOption
+from policies.length import PoolOption, ShortRecall, split_pays
 from policies.refusals import Refused, Shed
 from policies.replica import ReplicaReason, pick_replica
 from policies.stable_prefix import Pieces
@@ -23,6 +23,7 @@ from policies.token_caps import TokenCaps
 from proxy.admission.pool_gate import PoolGate
 from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.pools import PoolConfig, Timeouts, UpstreamConfig
+from proxy.kv_events.routing import KvRouting
 from proxy.transports.base import TransportFactory, UpstreamError
 from proxy.upstream.replica import Replica
 from proxy.upstream.warm_prefixes import WarmPrefixes
@@ -60,7 +61,9 @@ class Pool:
         self.retries = config.retries
         self.retry_budget = config.retry_budget
         self.retrying = 0  # requests retrying, against the budget: retry_started() ... retry_ended()
-        self._affine = config.balance == "prefix" and len(self.replicas) > 1
+        self._affine = config.balance in ("prefix", "kv_events") and len(self.replicas) > 1
+        # balance kv_events: what each replica's engine holds, from its KV events
+        self.kv = KvRouting(self.replicas, config.kv_events) if self._affine and config.balance == "kv_events" else None
         self._ring = HashRing([r.base_url for r in self.replicas])
         self._load_bound = config.load_bound
         self._home_slack = config.home_slack
@@ -68,13 +71,16 @@ class Pool:
         self._warm = WarmPrefixes(config.warm_memory_s, clock=clock) if warm else None
         self._affinity_chars = config.affinity_chars
         self.option = PoolOption(name, "any", 0)
+        self.recall: ShortRecall | None = None  # a short pool's: how many short answers its prediction catches
         self.max_tokens_limit: int | None = None
         self.max_tokens_default: int | None = None
         self.gate: PoolGate | None = None  # set when the pool caps its in-flight requests
         self.stream_keepalive: float | None = None  # seconds between SSE comments while a stream waits
         self.overflow: Pool | None = None  # where requests this pool sheds go instead
         if isinstance(config, PoolConfig):
-            self.option = PoolOption(name, config.output, config.short_threshold)
+            self.option = PoolOption(name, config.output, config.short_threshold, config.min_recall)
+            if config.output == "short":
+                self.recall = ShortRecall(config.short_threshold)
             self.max_tokens_limit, self.max_tokens_default = config.max_tokens_limit, config.max_tokens_default
             self.stream_keepalive = config.stream_keepalive
             if config.max_in_flight is not None and config.replicas:
@@ -100,9 +106,14 @@ class Pool:
         """The prompt's key on this pool's ring; None where the pool does not balance by prefix."""
         return prefix_key(pieces, model, salt, self._affinity_chars) if self._affine else None
 
-    def pick(self, key: int | None = None) -> tuple[Replica, ReplicaReason]:
-        """The replica for a request, by prefix ``key`` under the load bound, else the least loaded,
-        and why (``ReplicaReason``); raises the ``Shed`` refusal when no replica is healthy."""
+    def held(self, body: dict[str, Any], salt: str | None) -> list[int] | None:
+        """How many of the prompt's leading blocks each replica's engine holds (``balance: kv_events``)."""
+        return self.kv.held(body, salt) if self.kv is not None else None
+
+    def pick(self, key: int | None = None, held: list[int] | None = None) -> tuple[Replica, ReplicaReason]:
+        """The replica for a request: the one holding most of the prompt (``held``), else by prefix
+        ``key`` under the load bound, else the least loaded, and why (``ReplicaReason``); raises the
+        ``Shed`` refusal when no replica is healthy."""
         replicas = self.replicas
         if len(replicas) == 1 and not replicas[0].health.tripped:
             return replicas[0], "single"
@@ -110,7 +121,7 @@ class Pool:
         now = self.clock()
         start = next(self._turn) if key is None else 0  # the least-loaded rotation, as in ``alternate``
         choice = pick_replica(*self._loads(now, None), key=key, ring=self._ring, bound=self._load_bound,
-                              home_slack=self._home_slack, warm=warm, start=start)
+                              home_slack=self._home_slack, warm=warm, start=start, held=held)
         if choice is None:
             back = min(r.health.ejected_until for r in replicas) - now  # the first to turn half-open
             raise Refused(Shed(self.name, "no_healthy_upstream", retry_after=back))
@@ -184,6 +195,20 @@ class Pool:
 
     def in_flight(self) -> int:
         return sum(r.in_flight for r in self.replicas)
+
+    @property
+    def splits(self) -> bool:
+        """A short pool: whether its split pays now (``split_pays`` of its measured recall)."""
+        return self.recall is None or split_pays(self.recall.recall, self.option.min_recall)
+
+    @property
+    def load(self) -> float:
+        """Requests in flight per replica, other gateways' at the engines and this pool's queue included."""
+        if not self.replicas:
+            return 0.0
+        now = self.clock()
+        queued = self.gate.queue.size if self.gate is not None else 0
+        return (sum(r.in_flight + r.others_at(now) for r in self.replicas) + queued) / len(self.replicas)
 
     async def check_forever(self) -> None:
         """Active health checks every ``health.interval`` seconds, until cancelled."""

@@ -40,12 +40,16 @@ class Upstreams:
             if pool_config.overflow_to is not None:
                 self.by_name[pool_config.name].overflow = self.by_name[pool_config.overflow_to]
         self.routes_by_length = any(pool.option.kind == "short" for pool in self.pools)
+        self.short_pools = [pool for pool in self.pools if pool.recall is not None]
 
     def start_checks(self) -> None:
         """Active health checks for the pools of several replicas that ask for them; engine readings."""
         self._checks = [asyncio.get_running_loop().create_task(pool.check_forever(), name=f"health {pool.name}")
                         for pool in self.pools if pool.checks.interval > 0 and len(pool.replicas) > 1]
         self._checks += start_load_polls(self.all_pools())
+        self._checks += [asyncio.get_running_loop().create_task(pool.kv.run(self._lookup_timeout),
+                                                                name=f"kv events {pool.name}")
+                         for pool in self.pools if pool.kv is not None]
 
     def all_pools(self) -> Iterable[Pool]:
         yield from self.pools
@@ -61,6 +65,12 @@ class Upstreams:
         if not isinstance(choice, tuple):
             raise Refused(choice)
         return choice
+
+    def observe_length(self, model: str, predicted_p90: int, actual: int) -> None:
+        """An answer ended: the short pools that serve its model learn whether its prediction caught it."""
+        for pool in self.short_pools:
+            if pool.recall is not None and (pool.serves(model) or pool.catch_all):
+                pool.recall.observe(predicted_p90, actual)
 
     async def discover(self) -> None:
         """Learn what pools without declared models serve; a pool that does not answer stays catch-all."""

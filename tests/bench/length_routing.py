@@ -6,7 +6,11 @@ busy GPU) and three layouts through prefixgate, each pass sending all three the 
   one pool      both engines in one pool (least loaded);
   oracle split  a short pool (engine A) and a long pool (engine B), each request named to the pool its true
                 length belongs to (``x-prefixgate-pool``): the best a predictor could do;
-  predicted     the same two pools, prefixgate choosing by its own prediction.
+  predicted     the same two pools, prefixgate choosing by its own prediction, as configured by default: the
+                split holds only while the short pool's measured recall is at least ``min_recall`` (0.95),
+                else the two pools take requests as one (``prefixgate_length_split`` 0);
+  predicted, always split
+                the same with ``min_recall: 0``: every request goes where its prediction says.
 
 How an answer ends at its true length without the gateway reading it: the client body carries the true
 length in a field of its own (``bench_true_tokens``), which the gateway forwards unread like any unknown
@@ -17,7 +21,8 @@ context (the head kept, the rest cut at ``PROMPT_CHARS``; true lengths capped at
 measured window the gateway sees ``--warmup`` seconds of the same workload, as a gateway in service has.
 
 Reported per layout: TTFT p50/p95 of truly short answers (<= the short pool's threshold) and of long ones,
-output tokens per second, and per pass the short-answer TTFT p95 against one pool's; medians of
+output tokens per second, the gateway's own reading at the end (its measured recall, the share of requests it
+routed by length and as one pool), and per pass the short-answer TTFT p95 against one pool's; medians of
 ``--passes`` passes with their ranges. Target: prediction keeps >= 80 % of the oracle's short-answer gain and
 never makes short answers worse than one pool.
 
@@ -57,6 +62,7 @@ from tests.bench.open_loop import percentile, schedule  # noqa: E402
 from tests.bench.processes import start_engine, start_gateway, stop_gateway  # noqa: E402
 from tests.bench.report import write_block, write_result  # noqa: E402
 from tests.bench.routing import _send as stream_one  # noqa: E402
+from tests.support.metrics_text import sample_sum  # noqa: E402
 from tests.support.waiting import wait_until  # noqa: E402
 
 MODEL = "prefixgate-tiny"
@@ -170,12 +176,31 @@ def summary(outcomes: list[dict[str, Any]], wall: float) -> dict[str, Any]:
 
 # ---- the experiment ------------------------------------------------------------------------------
 
+PREDICTED = ("predicted split", "predicted, always split")
+
+
 def layouts(shims: list[str]) -> dict[str, tuple[list[dict[str, Any]], bool]]:
     a, b = (shim + "/v1" for shim in shims)
-    split = [{"name": "short", "replicas": [a], "models": [MODEL], "output": "short"},
-             {"name": "long", "replicas": [b], "models": [MODEL], "output": "long"}]
+
+    def split(min_recall: float | None) -> list[dict[str, Any]]:
+        short = {"name": "short", "replicas": [a], "models": [MODEL], "output": "short"}
+        return [short if min_recall is None else {**short, "min_recall": min_recall},
+                {"name": "long", "replicas": [b], "models": [MODEL], "output": "long"}]
+
     return {"one pool": ([{"name": "mixed", "replicas": [a, b], "models": [MODEL], "balance": "least_loaded"}], False),
-            "oracle split": (split, True), "predicted split": (split, False)}
+            "oracle split": (split(0), True), PREDICTED[0]: (split(None), False), PREDICTED[1]: (split(0), False)}
+
+
+def gateway_reading(origin: str) -> dict[str, float]:
+    """What the gateway says of its own routing: the short pool's recall and split state, and the share
+    of requests it routed by length or as one pool."""
+    text = httpx.get(origin + "/metrics", timeout=10).text
+    choices = {reason: sample_sum(text, "prefixgate_pool_choices_total", reason=reason)
+               for reason in ("length", "merged", "named", "model")}
+    total = sum(choices.values()) or 1.0
+    return {"recall": sample_sum(text, "prefixgate_length_short_recall", pool="short"),
+            "split": sample_sum(text, "prefixgate_length_split", pool="short"),
+            "by_length": choices["length"] / total, "merged": choices["merged"] / total}
 
 
 def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -199,9 +224,10 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 gateway, origin = start_gateway({"pools": pools}, workdir, "length-routing")
                 try:
                     outcomes, wall = uvloop.run(run_load(origin, requests, offsets, oracle, measured_from))
+                    reading = gateway_reading(origin)
                 finally:
                     stop_gateway(gateway)
-                runs.setdefault(name, []).append(summary(outcomes, wall))
+                runs.setdefault(name, []).append({**summary(outcomes, wall), **reading})
                 print("pass", number + 1, name, json.dumps(runs[name][-1]), flush=True)
     finally:
         for process, _ in shims:
@@ -217,31 +243,40 @@ def spread(values: list[float]) -> dict[str, float]:
 
 def report(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     rows = {name: {key: spread([p[key] for p in passes]) for key in passes[0]} for name, passes in runs.items()}
-    one, oracle, predicted = (runs[name] for name in ("one pool", "oracle split", "predicted split"))
-    gains = {"oracle": [o["short_ttft_p95_ms"] / s["short_ttft_p95_ms"] for o, s in zip(one, oracle, strict=True)],
-             "predicted": [o["short_ttft_p95_ms"] / s["short_ttft_p95_ms"]
-                           for o, s in zip(one, predicted, strict=True)]}
+    one = runs["one pool"]
+    gains = {name: [o["short_ttft_p95_ms"] / s["short_ttft_p95_ms"] for o, s in zip(one, runs[name], strict=True)]
+             for name in ("oracle split", *PREDICTED) if name in runs}
     # a pass where the oracle gained nothing (one pool was not congested) has no gain to keep a share of
-    kept = [(p - 1) / (o - 1) for o, p in zip(gains["oracle"], gains["predicted"], strict=True) if o > 1]
+    kept = {name: [(p - 1) / (o - 1) for o, p in zip(gains["oracle split"], gains[name], strict=True) if o > 1]
+            for name in PREDICTED if name in gains}
     return {"layouts": rows, "short_p95_gain_over_one_pool": {k: spread(v) for k, v in gains.items()},
-            "share_of_oracle_gain_kept": spread(kept) if kept else None, "kept_passes": len(kept), "passes": runs}
+            "share_of_oracle_gain_kept": {k: spread(v) if v else None for k, v in kept.items()},
+            "kept_passes": len(kept[PREDICTED[0]]), "passes": runs}
 
 
 def table(result: dict[str, Any]) -> str:
     def cell(value: dict[str, float], digits: int = 0) -> str:
         return f"{value['median']:.{digits}f} [{value['min']:.{digits}f}-{value['max']:.{digits}f}]"
 
+    def routed(row: dict[str, Any]) -> str:
+        if "recall" not in row:
+            return "-"
+        return (f"recall {row['recall']['median']:.2f}, by length {row['by_length']['median']:.0%}, as one pool "
+                f"{row['merged']['median']:.0%}")
+
     lines = ["| layout | short TTFT p50 ms | short TTFT p95 ms | long TTFT p50 ms | long TTFT p95 ms | output tokens/s "
-             "| errors |", "|---|---|---|---|---|---|---|"]
+             "| errors | the gateway's reading |", "|---|---|---|---|---|---|---|---|"]
     for name, row in result["layouts"].items():
         lines.append(f"| {name} | {cell(row['short_ttft_p50_ms'])} | {cell(row['short_ttft_p95_ms'])} | "
                      f"{cell(row['long_ttft_p50_ms'])} | {cell(row['long_ttft_p95_ms'])} | "
-                     f"{cell(row['tokens_per_s'])} | {row['errors']['median']:.0f} |")
+                     f"{cell(row['tokens_per_s'])} | {row['errors']['median']:.0f} | "
+                     f"{routed(row) if name in PREDICTED else '-'} |")
     gains, kept = result["short_p95_gain_over_one_pool"], result["share_of_oracle_gain_kept"]
-    lines += ["", f"Short-answer TTFT p95, one pool / split, per pass: oracle **{cell(gains['oracle'], 2)}x**, "
-              f"predicted **{cell(gains['predicted'], 2)}x**; share of the oracle's gain that prediction keeps, over "
-              f"the {result['kept_passes']} passes where the oracle gained: "
-              + (f"**{cell(kept, 2)}**" if kept else "none") + " (target >= 0.80, and predicted >= 1.00x)."]
+    lines += ["", "Short-answer TTFT p95, one pool / layout, per pass: " + ", ".join(
+        f"{name} **{cell(gain, 2)}x**" for name, gain in gains.items()) + f". Share of the oracle's gain kept, over "
+        f"the {result['kept_passes']} passes where the oracle gained: " + ", ".join(
+        f"{name} " + (f"**{cell(share, 2)}**" if share else "none") for name, share in kept.items())
+        + " (target >= 0.80, and >= 1.00x)."]
     return "\n".join(lines)
 
 

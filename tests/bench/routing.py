@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from policies.cache_salt import tenant_salt  # noqa: E402
-from proxy.engine.process import LocalEngine  # noqa: E402
+from proxy.engine.process import LocalEngine, free_port  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.open_loop import percentile, schedule  # noqa: E402
 from tests.bench.processes import BENCH_SALT_SECRET, start_engine, start_gateway, stop_gateway  # noqa: E402
@@ -262,9 +262,15 @@ def run_affinity(engines: list[LocalEngine], workdir: Path, args: argparse.Names
                 "prefixgate, two processes": (config(home_slack=args.home_slack), 2),
                 "prefixgate, warm memory off": (config(home_slack=args.home_slack, warm_memory_s=0), 1),
                 "prefixgate, bare ring": (config(home_slack=0, warm_memory_s=0), 1)}
+    if args.kv_events:  # routing by the blocks the engines report; four processes: does each reach the same choice?
+        by_events = config(home_slack=args.home_slack, balance="kv_events",
+                           kv_events={"tokenizer": engines[0].model_dir})
+        gateways |= {"prefixgate, KV events": (by_events, 1), "prefixgate, KV events, four processes": (by_events, 4)}
     cases = {"single engine": ([origins[0]], direct, origins[:1]),
              "round-robin": (origins, direct, origins),
              **{name: ([], workload, origins) for name in gateways}}
+    if args.cases:
+        cases = {name: case for name, case in cases.items() if name in args.cases.split(",") or name == "single engine"}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in cases}
     for _ in range(args.repeats):
         for name, (targets, requests, measured) in cases.items():
@@ -319,7 +325,9 @@ def _length_at(engines: list[LocalEngine], workdir: Path, args: argparse.Namespa
     layouts = {
         "one pool of two engines": [{"name": "mixed", "replicas": [a, b], "models": [MODEL],
                                      "balance": "least_loaded"}],
-        "short pool + long pool": [{"name": "short", "replicas": [a], "models": [MODEL], "output": "short"},
+        # min_recall 0: the split from the first request; here max_tokens tells each answer's length
+        "short pool + long pool": [{"name": "short", "replicas": [a], "models": [MODEL], "output": "short",
+                                    "min_recall": 0},
                                    {"name": "long", "replicas": [b], "models": [MODEL], "output": "long"}],
     }
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in layouts}
@@ -404,6 +412,22 @@ def _median(values: Iterable[float]) -> float:
 
 # ---- report ---------------------------------------------------------------------------------------
 
+def _kv_summary(rows: dict[str, Any]) -> list[str]:
+    """KV-event routing against today's rule, and four gateway processes against one, per pass."""
+    if "prefixgate, KV events" not in rows or "prefixgate" not in rows:
+        return []
+    events, ring = rows["prefixgate, KV events"]["runs"], rows["prefixgate"]["runs"]
+    gains = [e["hit_rate"] / max(r["hit_rate"], 1e-9) for e, r in zip(events, ring, strict=True)]
+    lines = [f"- KV events / prefixgate's ring: hit rate **{statistics.median(gains):.2f}x** (passes "
+             f"{min(gains):.2f}-{max(gains):.2f}), load max/mean {rows['prefixgate, KV events']['max_over_mean']:.2f}."]
+    if "prefixgate, KV events, four processes" in rows:
+        four = rows["prefixgate, KV events, four processes"]["runs"]
+        shares = [f["hit_rate"] / max(e["hit_rate"], 1e-9) for f, e in zip(four, events, strict=True)]
+        lines.append(f"- Four gateway processes / one, both by KV events: hit rate "
+                     f"**{statistics.median(shares):.2f}x** (passes {min(shares):.2f}-{max(shares):.2f}).")
+    return [*lines, ""]
+
+
 def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
     kv = f"{meta['kv_blocks']} KV blocks of 128 tokens" if meta["kv_blocks"] else "1 GiB of KV cache (~1M tokens)"
     lines = [f"Run of {meta['date']} on {meta['where']}; tiny model, one compute thread per engine, "
@@ -426,6 +450,7 @@ def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
         lines += ["", f"{meta['repeats']} passes of each case, interleaved. In flight: each engine's running + "
                   "waiting requests from its /metrics, sampled every 0.25 s and averaged over the pass; requests: "
                   "each engine's finished requests in the pass.", ""]
+        lines += _kv_summary(results["affinity"])
     if "length" in results:
         lines += [f"**Length routing** (2 engines; Poisson arrivals for {meta['length_seconds']} s; 80 % short "
                   f"answers of 16-64 tokens, 20 % long of 512; {meta['repeats']} passes, medians; each request's "
@@ -482,9 +507,13 @@ def plot(results: dict[str, Any], path: Path) -> None:
         hits = [[run["hit_rate"] * 100 for run in r["runs"]] for r in rows.values()]
         ranges = [[m - min(h) for m, h in zip(medians, hits, strict=True)],
                   [max(h) - m for m, h in zip(medians, hits, strict=True)]]
-        colors = ["#8c8c8c", "#d9a441", "#2b7bb9", "#2b7bb9", "#6baed6", "#c6dbef"]
-        labels = [name.replace(", ", ",\n").replace(" memory", "\nmemory") for name in rows]  # six bars
-        axis.bar(labels, medians, yerr=ranges, capsize=4, color=colors[: len(rows)])
+        colors = {"single engine": "#8c8c8c", "round-robin": "#d9a441", "prefixgate": "#2b7bb9",
+                  "prefixgate, two processes": "#2b7bb9", "prefixgate, warm memory off": "#6baed6",
+                  "prefixgate, bare ring": "#c6dbef", "prefixgate, KV events": "#31a354",
+                  "prefixgate, KV events, four processes": "#74c476"}
+        labels = [name.replace(", ", ",\n").replace(" memory", "\nmemory") for name in rows]
+        axis.bar(labels, medians, yerr=ranges, capsize=4, color=[colors.get(name, "#8c8c8c") for name in rows])
+        axis.tick_params(axis="x", labelsize=7)
         axis.set_ylabel("engine prefix-cache hit rate (%)")
         axis.set_title("Prefix affinity")
     if "length" in results:
@@ -523,6 +552,10 @@ def engine_args(args: argparse.Namespace) -> list[str]:
     extra = ["--max-num-seqs", str(args.max_num_seqs)]
     if args.kv_blocks:  # a KV cache smaller than the prompts' working set, as on a busy GPU
         extra += ["--num-gpu-blocks-override", str(args.kv_blocks)]
+    if args.kv_events:  # each engine's own sockets; the gateway finds them at GET /kv_event_sources
+        events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{free_port()}",
+                  "replay_endpoint": f"tcp://*:{free_port()}", "topic": "kv"}
+        extra += ["--kv-events-config", json.dumps(events)]
     return extra
 
 
@@ -546,6 +579,9 @@ def main() -> None:
     parser.add_argument("--max-num-seqs", type=int, default=256,
                         help="engine batch slots (vLLM's default 256; a GPU's KV memory often allows fewer)")
     parser.add_argument("--kv-blocks", type=int, default=0, help="KV cache blocks per engine (0: 1 GiB's worth)")
+    parser.add_argument("--kv-events", action="store_true",
+                        help="engines publish KV events; adds the cases of prefixgate routing by them")
+    parser.add_argument("--cases", help="affinity: only these cases (a comma list; single engine is always run)")
     parser.add_argument("--where", help="the caption's machine and engine (default: detected at run time)")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     parser.add_argument("--name", default="routing", help="docs block and file stem")

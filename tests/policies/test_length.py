@@ -6,15 +6,19 @@ import pytest
 
 from policies.length import (
     MIN_SAMPLES,
+    RECALL_SAMPLES,
+    RECALL_WINDOW,
     RECENT,
     SHIFT,
     LengthFeatures,
     LengthHistory,
     PoolOption,
+    ShortRecall,
     choose_by_length,
     features_of,
     length_key,
     predict,
+    split_pays,
 )
 from policies.stable_prefix import chat_pieces
 
@@ -110,3 +114,26 @@ def test_a_heavy_tail_is_not_taken_for_a_change() -> None:
     for tokens in (100, 3000, 90, 2500):
         history.observe(tokens)
     assert len(history.recent) == RECENT and predict(LengthFeatures(None), history).p90 == before
+
+
+def test_short_recall_counts_only_short_answers_and_only_recent_ones() -> None:
+    recall = ShortRecall(256)
+    for _ in range(RECALL_SAMPLES - 1):
+        recall.observe(predicted_p90=100, actual=50)  # caught
+    recall.observe(predicted_p90=100, actual=900)  # a long answer: not a short one missed or caught
+    assert recall.recall is None  # too few to judge
+    recall.observe(predicted_p90=900, actual=50)  # a short answer predicted long
+    assert recall.recall == pytest.approx((RECALL_SAMPLES - 1) / RECALL_SAMPLES)
+    for _ in range(RECALL_WINDOW):
+        recall.observe(predicted_p90=900, actual=200)  # the app's answers became unpredictable
+    assert recall.recall == 0.0
+    for _ in range(RECALL_WINDOW):
+        recall.observe(predicted_p90=256, actual=256)  # and predictable again: at the threshold is short
+    assert recall.recall == 1.0
+
+
+def test_the_split_pays_only_once_measured_at_or_above_min_recall() -> None:
+    assert not split_pays(None, 0.95)  # not measured yet: one pool
+    assert not split_pays(0.94, 0.95)
+    assert split_pays(0.95, 0.95)
+    assert split_pays(None, 0.0) and split_pays(0.1, 0.0)  # 0: always split

@@ -16,6 +16,8 @@ class FakePool:
     kind: str = "any"
     threshold: int = 0
     lists_nothing: bool = False  # declares no models and none were discovered: takes any
+    splits: bool = True  # a short pool whose split pays
+    load: float = 0.0
     option: PoolOption = field(init=False)
 
     def __post_init__(self) -> None:
@@ -63,3 +65,21 @@ def test_the_embeddings_upstream_takes_the_models_it_serves() -> None:
     embedder = FakePool("embeddings", frozenset({"e"}))
     assert choose_pool(POOLS, "e", by_name=BY_NAME, embeddings=embedder) == (embedder, "model")
     assert choose_pool(POOLS, "x", by_name=BY_NAME, embeddings=embedder) == (OTHER, "model")
+
+
+def test_a_short_pool_whose_split_does_not_pay_takes_requests_with_its_long_pool_as_one() -> None:
+    short, long = FakePool("short", frozenset({"m"}), "short", 128, splits=False, load=2), FakePool(
+        "long", frozenset({"m"}), "long", load=1)
+    pools, by_name = [short, long], {"short": short, "long": long}
+    # predicted short or long alike: the less loaded of the two
+    assert choose_pool(pools, "m", by_name=by_name, predicted_p90=40, routes_by_length=True) == (long, "merged")
+    assert choose_pool(pools, "m", by_name=by_name, predicted_p90=900, routes_by_length=True) == (long, "merged")
+    long.load = 3
+    assert choose_pool(pools, "m", by_name=by_name, predicted_p90=900, routes_by_length=True) == (short, "merged")
+    short.splits = True
+    assert choose_pool(pools, "m", by_name=by_name, predicted_p90=900, routes_by_length=True) == (long, "length")
+    assert choose_pool(pools, "m", by_name=by_name, predicted_p90=40, routes_by_length=True) == (short, "length")
+    # a named pool is the client's word, split or not
+    short.splits = False
+    assert choose_pool(pools, "m", by_name=by_name, named="short", predicted_p90=900,
+                       routes_by_length=True) == (short, "named")

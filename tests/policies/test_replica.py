@@ -46,3 +46,36 @@ def test_without_a_key_the_least_loaded_takes_it_and_none_when_none_is_healthy()
     assert _pick([2, 0, 1], key=None) == (1, "least_loaded")
     assert _pick([0, 0, 0], healthy=[False] * 3) is None
     assert _pick([0, 0, 0], healthy=[False] * 3, key=None) is None
+
+
+def _pick_held(held: list[int], in_flight: list[int], healthy: list[bool] | None = None) -> tuple[int, str] | None:
+    return pick_replica(in_flight, healthy or [True] * 3, key=KEY, ring=RING, bound=1.25, home_slack=0, warm=0,
+                        start=0, held=held)
+
+
+def test_the_replica_holding_the_most_of_the_prompt_takes_it_within_the_bound() -> None:
+    home = RING.home(KEY)
+    others = [i for i in RING.walk(KEY) if i != home]
+    held = [0, 0, 0]
+    held[others[1]], held[others[0]] = 5, 3
+    assert _pick_held(held, [0, 0, 0]) == (others[1], "held")  # the longest held prefix, not the ring's home
+    loads = [1, 1, 1]
+    loads[others[1]] = 4  # over the bound (ceil(1.25 * 7 / 3) = 3): the next longest
+    assert _pick_held(held, loads) == (others[0], "held")
+    assert _pick_held(held, [0, 0, 0], healthy=[i != others[1] for i in range(3)]) == (others[0], "held")
+    held[others[0]] = 5  # equal prefixes: the less loaded, then the first on the walk
+    assert _pick_held(held, [0, 0, 0]) == (others[0], "held")
+    loads = [0, 0, 0]
+    loads[others[0]] = 1
+    assert _pick_held(held, loads) == (others[1], "held")
+
+
+def test_nothing_held_within_the_bound_goes_by_the_ring() -> None:
+    assert _pick_held([0, 0, 0], [0, 0, 0]) == (RING.home(KEY), "home")
+    home = RING.home(KEY)
+    held = [0, 0, 0]
+    held[home] = 2
+    loads = [0, 0, 0]
+    loads[home] = 9  # the only holder is over the bound: spilled by the ring's walk
+    index, reason = _pick_held(held, loads)  # type: ignore[misc]
+    assert index != home and reason == "spilled"

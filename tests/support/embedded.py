@@ -1,8 +1,10 @@
 """The real engine, started the way a user starts prefixgate: `prefixgate serve` with no upstream, so it
-launches vLLM itself (the ``embedded`` session fixture runs one for every engine test)."""
+launches vLLM itself (the ``embedded`` session fixture runs one for every engine test). Its engine publishes
+its KV-cache events (``--kv-events-config``, passed through ``engine.extra_args``), with a replay socket."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -28,17 +30,27 @@ class Embedded:
     engine: str  # vLLM origin
     model: str
     data_dir: Path
+    kv_events: str  # where its KV-cache events can be received (a ZeroMQ endpoint)
+    kv_replay: str  # where missed batches can be asked again
+
+    @property
+    def model_folder(self) -> Path:
+        """The tiny model's files (tokenizer, chat template) as the engine loaded them."""
+        return next((self.data_dir / "models").glob("prefixgate-tiny-llama-*"))
 
 
 @contextmanager
 def embedded_gateway(data_dir: Path, timeout: float = 420) -> Iterator[Embedded]:
     """`prefixgate serve` with its own engine, its config, logs and data under ``data_dir``; yields once
     it is ready, sends it SIGTERM afterwards (SIGKILL to its process group if it does not stop)."""
-    proxy_port, engine_port = free_port(), free_port()
+    proxy_port, engine_port, events_port, replay_port = (free_port() for _ in range(4))
+    kv_events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{events_port}",
+                 "replay_endpoint": f"tcp://*:{replay_port}", "topic": "kv"}
     config_path = data_dir / "embedded.yaml"
     config_path.write_text(yaml.safe_dump({
         "server": {"port": proxy_port},
-        "engine": {"port": engine_port, "served_model_name": ENGINE_MODEL},
+        "engine": {"port": engine_port, "served_model_name": ENGINE_MODEL,
+                   "extra_args": ["--kv-events-config", json.dumps(kv_events)]},
         "data_dir": str(data_dir),
     }))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFIXGATE_")}
@@ -50,7 +62,8 @@ def embedded_gateway(data_dir: Path, timeout: float = 420) -> Iterator[Embedded]
     proxy = f"http://127.0.0.1:{proxy_port}"
     try:
         wait_ready(proxy, process, data_dir, timeout=timeout)
-        yield Embedded(proxy, f"http://127.0.0.1:{engine_port}", ENGINE_MODEL, data_dir)
+        yield Embedded(proxy, f"http://127.0.0.1:{engine_port}", ENGINE_MODEL, data_dir,
+                       f"tcp://127.0.0.1:{events_port}", f"tcp://127.0.0.1:{replay_port}")
     finally:
         process.send_signal(signal.SIGTERM)
         try:

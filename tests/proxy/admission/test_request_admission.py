@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from policies.length import RECALL_SAMPLES
 from tests.support.clock import FakeClock
 from tests.support.configs import make_config, pool
 from tests.support.fake_server import FakeServer
@@ -22,6 +23,7 @@ from tests.support.gateways import gateway_processes
 from tests.support.metrics_text import sample_sum
 from tests.support.redis_server import RedisServer
 from tests.support.servers import serve_in_thread
+from tests.support.waiting import wait_until
 
 KEY = "sk-tenant-acme-1"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -250,8 +252,9 @@ def test_requests_go_to_the_short_or_long_pool_by_predicted_length(
     short_and_long: tuple[FakeServer, FakeServer], start_proxy: Callable[..., str]
 ) -> None:
     short, long = short_and_long
-    proxy = start_proxy({"pools": [pool("short", short.base_url, models=["fake-model"], output="short"),
-                                   pool("long", long.base_url, models=["fake-model"], output="long")]})
+    proxy = start_proxy({"pools": [pool("short", short.base_url, models=["fake-model"], output="short",
+                                        min_recall=0), pool("long", long.base_url, models=["fake-model"],
+                                                            output="long")]})
 
     def pool_of(body: dict, **headers: str) -> str:
         answer = httpx.post(proxy + "/v1/chat/completions", json=body, headers=headers)
@@ -266,7 +269,7 @@ def test_requests_go_to_the_short_or_long_pool_by_predicted_length(
         pool_of(chat(fake_tokens=3, stream=True))
     assert pool_of(chat(fake_tokens=3)) == "short"  # ... so an open-ended one now goes short
     metrics = httpx.get(proxy + "/metrics").text
-    assert 'prefixgate_length_predictions_total{outcome="within",pool="long"}' in metrics
+    assert sample_sum(metrics, "prefixgate_length_predictions_total", pool="long", step="turn", outcome="within") >= 2
     assert sample_sum(metrics, "prefixgate_pool_choices_total", pool="long", reason="named") == 1
     assert sample_sum(metrics, "prefixgate_pool_choices_total", reason="length") == 12
     assert sample_sum(metrics, "prefixgate_pool_choices_total", pool="short", reason="length") >= 2
@@ -281,8 +284,9 @@ def test_a_long_answer_in_the_short_pool_streams_whole_and_teaches_the_history(
     """A template learned short can still answer long: the stream is not cut, the miss is counted where
     operators see it, and after a run of long answers the template goes to the long pool again."""
     short, long = short_and_long
-    proxy = start_proxy({"pools": [pool("short", short.base_url, models=["fake-model"], output="short"),
-                                   pool("long", long.base_url, models=["fake-model"], output="long")]})
+    proxy = start_proxy({"pools": [pool("short", short.base_url, models=["fake-model"], output="short",
+                                        min_recall=0), pool("long", long.base_url, models=["fake-model"],
+                                                            output="long")]})
     for _ in range(8):
         assert httpx.post(proxy + "/v1/chat/completions", json=chat(fake_tokens=3)).status_code == 200
     with httpx.stream("POST", proxy + "/v1/chat/completions", json=chat(fake_tokens=400, stream=True)) as answer:
@@ -290,10 +294,49 @@ def test_a_long_answer_in_the_short_pool_streams_whole_and_teaches_the_history(
         events = [line for line in answer.iter_lines() if line.startswith("data: ")]
     assert events[-1] == "data: [DONE]" and len(events) >= 400  # every token arrived
     metrics = httpx.get(proxy + "/metrics").text
-    assert sample_sum(metrics, "prefixgate_length_predictions_total", pool="short", outcome="above") == 1
+    assert sample_sum(metrics, "prefixgate_length_predictions_total", pool="short", step="turn", outcome="above") == 1
     pools = [httpx.post(proxy + "/v1/chat/completions", json=chat(fake_tokens=400)).headers["x-prefixgate-pool"]
              for _ in range(9)]
     assert pools[-1] == "long" and pools.count("short") <= 8  # the history followed the change
+
+
+def test_the_split_waits_for_a_measured_recall_and_merges_the_pools_when_short_answers_are_missed(
+    short_and_long: tuple[FakeServer, FakeServer], start_proxy: Callable[..., str]
+) -> None:
+    """With the default min_recall the short pool takes only predicted-short requests once 64 short
+    answers showed that prediction catches them; a template whose answers straddle the threshold
+    (predicted long, often short) drags the recall down and the two pools serve as one again."""
+    short, long = short_and_long
+    proxy = start_proxy({"pools": [pool("short", short.base_url, models=["fake-model"], output="short"),
+                                   pool("long", long.base_url, models=["fake-model"], output="long")]})
+
+    def ask(body: dict) -> str:
+        answer = httpx.post(proxy + "/v1/chat/completions", json=body)
+        assert answer.status_code == 200, answer.text
+        return answer.headers["x-prefixgate-pool"]
+
+    def gauge(name: str) -> float:
+        return sample_sum(httpx.get(proxy + "/metrics").text, name, pool="short")
+
+    def app_chat(tokens: int) -> dict:
+        return chat(messages=[{"role": "system", "content": "You are a chat app."},
+                              {"role": "user", "content": "Hello there"}], fake_tokens=tokens)
+
+    for _ in range(RECALL_SAMPLES):  # predicted short, yet the pools serve as one until recall is known
+        ask(chat(max_tokens=32, fake_tokens=3))
+    wait_until(lambda: gauge("prefixgate_length_split") == 1, timeout=10, interval=0.05, what="the split")
+    assert gauge("prefixgate_length_short_recall") == 1.0
+    metrics = httpx.get(proxy + "/metrics").text
+    assert sample_sum(metrics, "prefixgate_pool_choices_total", reason="merged") == RECALL_SAMPLES
+    assert [ask(chat(max_tokens=32, fake_tokens=3)) for _ in range(4)] == ["short"] * 4  # split: by length
+    assert ask(app_chat(3)) == "long"  # an unknown template: assumed long
+    for n in range(30):  # two answers in three short, its p90 long: short answers the split misses
+        ask(app_chat(3 if n % 3 else 400))
+    wait_until(lambda: gauge("prefixgate_length_split") == 0, timeout=10, interval=0.05, what="the merge")
+    assert gauge("prefixgate_length_short_recall") < 0.95
+    ask(app_chat(3))
+    metrics = httpx.get(proxy + "/metrics").text
+    assert sample_sum(metrics, "prefixgate_pool_choices_total", reason="merged") > RECALL_SAMPLES
 
 
 def test_a_configured_tokenizer_counts_the_prompt(fake: FakeServer, start_proxy: Callable[..., str],

@@ -58,6 +58,10 @@ pools:
         ("pools:\n  - {name: a, replicas: ['http://x/v1']}\n  - {name: a, replicas: ['http://y/v1']}\n",
          ["pools", "unique"]),
         ("auth:\n  keys:\n    - {tenant: t}\n", ["auth.keys[0]", "exactly one"]),
+        ("pools:\n  - {name: a, replicas: ['http://x/v1', 'http://y/v1'], balance: kv_events}\n",
+         ["pools[0]", "kv_events.tokenizer", "the model's folder"]),
+        ("pools:\n  - {name: a, replicas: ['http://x/v1', 'http://y/v1'], balance: kv_events,\n"
+         "     kv_events: {tokenizer: /m, endpoints: ['tcp://x:5557']}}\n", ["pools[0]", "1 sockets for 2 replicas"]),
         ("pools:\n  - name: a\n    replicas: ['http://x/v1']\n    timeouts: {total: -1}\n",
          ["pools[0].timeouts.total", "greater than 0"]),
         ("- just\n- a list\n", ["top level must be a mapping"]),

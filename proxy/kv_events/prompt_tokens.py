@@ -1,0 +1,89 @@
+"""A request's token IDs as the engine will see them, to match against the blocks it reports.
+
+vLLM turns a chat into tokens with the model's chat template (rendered to text by transformers'
+``apply_chat_template``, with the generation prompt) and then its tokenizer without special tokens; a
+completion's prompt with them. ``PromptTokens`` does the same with the same files, the model's folder,
+so a held block's tokens and a request's agree exactly (shown on a real engine's own blocks in the
+tests); any case where they do not (a template reading fields vLLM fills in itself) costs routing
+quality, never correctness: the request goes by the ring.
+
+Only the rendered prompt's first ``max_chars`` characters are tokenized, cut before a space so no word
+is cut in two (tokenizers split words at spaces first, so the tokens before the cut are the whole
+text's): routing needs the prefix an engine may hold, and a long conversation's tail would cost
+tokenizer time for nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DEFAULT_MAX_CHARS = 32_768
+
+
+def _content_text(content: Any) -> Any:
+    """vLLM's string form of a message's content: text parts joined by newlines."""
+    if isinstance(content, list) and all(isinstance(part, dict) and part.get("type") == "text" for part in content):
+        return "\n".join(str(part.get("text", "")) for part in content)
+    return content
+
+
+class PromptTokens:
+    """The model's chat template and tokenizer, loaded once from its folder."""
+
+    def __init__(self, folder: str, max_chars: int = DEFAULT_MAX_CHARS) -> None:
+        try:
+            from transformers import AutoTokenizer  # only loaded for pools that route by KV events
+        except ImportError:
+            raise RuntimeError("balance kv_events renders prompts with the model's chat template: install "
+                               "prefixgate[kv-events] (transformers)") from None
+
+        self.template = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        self.tokenizer = self.template.backend_tokenizer  # the Rust tokenizer, without Python wrapping
+        self.max_chars = max_chars
+
+    def rendered(self, body: dict[str, Any]) -> tuple[str, bool] | None:
+        """The text the engine tokenizes for a chat or completions body, and whether it adds special
+        tokens to it; None for a shape this does not render (a list of prompts, token IDs)."""
+        messages = body.get("messages")
+        if isinstance(messages, list):
+            tools = body.get("tools") if body.get("tool_choice") != "none" else None
+            conversation = [{**message, "content": _content_text(message.get("content"))}
+                            for message in messages if isinstance(message, dict)]
+            text = self.template.apply_chat_template(conversation, tools=tools if isinstance(tools, list) else None,
+                                                     tokenize=False, add_generation_prompt=True)
+            return str(text), False
+        prompt = body.get("prompt")
+        return (prompt, True) if isinstance(prompt, str) else None
+
+    def encode(self, text: str, *, special: bool) -> list[int]:
+        ids: list[int] = self.tokenizer.encode(text, add_special_tokens=special).ids
+        return ids
+
+    def of_body(self, body: dict[str, Any]) -> list[int] | None:
+        """All the tokens the engine computes for ``body`` (within ``max_chars``, cut before a space)."""
+        rendered = self.rendered(body)
+        if rendered is None:
+            return None
+        text, special = rendered
+        if len(text) > self.max_chars:
+            cut = text.rfind(" ", 0, self.max_chars)
+            text = text[:cut if cut > 0 else self.max_chars]
+        return self.encode(text, special=special)
+
+    def of_chat(self, messages: list[dict[str, Any]], tools: list[Any] | None = None) -> list[int]:
+        tokens = self.of_body({"messages": messages, **({"tools": tools} if tools else {})})
+        assert tokens is not None
+        return tokens
+
+    def splits_cleanly(self) -> bool:
+        """Whether this tokenizer gives a text's tokens when the text is cut before a space and its
+        pieces tokenized apart (``PrefixWalk`` relies on it), on a sample of prose, code and numbers."""
+        sample = (SAMPLE * 3).strip()
+        whole = self.encode(sample, special=False)
+        cuts = [cut for cut in range(1, len(sample)) if sample[cut] == " "]
+        return all(self.encode(sample[:cut], special=False) + self.encode(sample[cut:], special=False) == whole
+                   for cut in cuts)
+
+
+SAMPLE = ("Refunds take 5-7 business days, or 2 for premium accounts (see §4.2).  Call refund(order_id=\"A-17\", "
+          "amount=12.50) then\n  print(status)   # done\n\tNext: naïve café, 東京 2026-11-25T09:00:00Z ok? ")
