@@ -35,21 +35,29 @@ def least_loaded(in_flight: Sequence[int], healthy: Sequence[bool], start: int) 
 
 
 def held_choice(ring: HashRing, key: int, held: Sequence[int], in_flight: Sequence[int], healthy: Sequence[bool],
-                bound: float) -> int | None:
+                bound: float, slack: int = 0) -> int | None:
     """Of the healthy replicas within the load bound (``bounded_choice``'s), the one holding the most
     of the prompt's leading blocks (``held[i]``), ties to the less loaded, then to the first on the
-    key's ring walk, so gateways that see the same events and loads choose alike. None when no such
-    replica holds any block: the ring decides then."""
+    key's ring walk, so gateways that see the same events and loads choose alike. Failing those, the
+    replica holding the most may take it past the bound by ``slack`` requests, as a ring's home may:
+    elsewhere the prompt would be prefilled cold. None when no replica within reach holds any block:
+    the ring decides then."""
     live = [index for index in range(ring.size) if healthy[index]]
     if not live:
         return None
     capacity = math.ceil(bound * (sum(in_flight[index] for index in live) + 1) / len(live))
     best: int | None = None
+    most: int | None = None  # the replica holding the most, whatever its load
     for index in ring.walk(key):
-        if not healthy[index] or held[index] <= 0 or in_flight[index] >= capacity:
+        if not healthy[index] or held[index] <= 0:
             continue
-        if best is None or (held[index], -in_flight[index]) > (held[best], -in_flight[best]):
+        rank = (held[index], -in_flight[index])
+        if most is None or rank > (held[most], -in_flight[most]):
+            most = index
+        if in_flight[index] < capacity and (best is None or rank > (held[best], -in_flight[best])):
             best = index
+    if best is None and most is not None and in_flight[most] < capacity + slack:
+        return most
     return best
 
 
@@ -63,7 +71,7 @@ def pick_replica(in_flight: Sequence[int], healthy: Sequence[bool], *, key: int 
         index = least_loaded(in_flight, healthy, start)
         return None if index is None else (index, "least_loaded")
     if held is not None:
-        index = held_choice(ring, key, held, in_flight, healthy, bound)
+        index = held_choice(ring, key, held, in_flight, healthy, bound, home_slack)
         if index is not None:
             return index, "held"
     index = bounded_choice(ring, key, in_flight, healthy, bound, home_slack, warm)

@@ -5,6 +5,7 @@ it is its own feature.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -82,6 +83,14 @@ class KvEvents(_Frozen):
     max_blocks: int = Field(1 << 20, ge=1)
     """most blocks the index keeps of one replica; past it (its evictions went missing) the replica is forgotten and
     learnt again from its next events"""
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _model_folder(cls, folder: str | None) -> str | None:
+        if folder is not None and not (Path(folder) / "tokenizer_config.json").is_file():
+            raise ValueError(f"no model folder at {folder}: it needs the model's tokenizer_config.json (and its "
+                             "tokenizer and chat template), as the engines load them")
+        return folder
 
 
 def _check_base_url(url: str) -> str:

@@ -73,7 +73,11 @@ class KvRouting:
         block = self.block_size
         if block is None:
             return None
-        rendered = self.tokens.rendered(body)
+        try:
+            rendered = self.tokens.rendered(body)
+        except Exception as error:  # a template that refuses this conversation: the engine will say why
+            log.debug("KV events: cannot render the prompt (%s); routing it by the ring", error)
+            return None
         if rendered is None:
             return None
         return self.walk.held(self.index, rendered[0], rendered[1], block, salt)

@@ -22,6 +22,10 @@ docs/NAME.json, plots to docs/NAME.png (matplotlib: pip install -e '.[bench]').
     python tests/bench/routing.py [--only affinity,length,overload] [--engines 3]
     python tests/bench/routing.py --only length --max-num-seqs 2 --length-rate 4,5,6,7 \\
         --length-seconds 60 --name routing_slots
+    python tests/bench/routing.py --only affinity --kv-events --kv-blocks 160 --max-num-seqs 4 \\
+        --cases "round-robin;prefixgate;prefixgate, KV events;prefixgate, KV events, four processes" \\
+        --name routing_kv_constrained
+    python tests/bench/routing.py --render docs/NAME.json   # the tables and plot again, no engines
 """
 
 from __future__ import annotations
@@ -270,7 +274,7 @@ def run_affinity(engines: list[LocalEngine], workdir: Path, args: argparse.Names
              "round-robin": (origins, direct, origins),
              **{name: ([], workload, origins) for name in gateways}}
     if args.cases:
-        cases = {name: case for name, case in cases.items() if name in args.cases.split(",") or name == "single engine"}
+        cases = {name: case for name, case in cases.items() if name in args.cases.split(";") or name == "single engine"}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in cases}
     for _ in range(args.repeats):
         for name, (targets, requests, measured) in cases.items():
@@ -430,7 +434,8 @@ def _kv_summary(rows: dict[str, Any]) -> list[str]:
 
 def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
     kv = f"{meta['kv_blocks']} KV blocks of 128 tokens" if meta["kv_blocks"] else "1 GiB of KV cache (~1M tokens)"
-    lines = [f"Run of {meta['date']} on {meta['where']}; tiny model, one compute thread per engine, "
+    lines = [f"Command: `{meta['command']}`." if "command" in meta else "",
+             f"Run of {meta['date']} on {meta['where']}; tiny model, one compute thread per engine, "
              f"each engine bound to a core ({meta['cores']} cores shared by engines, prefixgate and the client); "
              f"engines with {kv} and {meta['max_num_seqs']} batch slots (--max-num-seqs).", ""]
     if "affinity" in results:
@@ -581,11 +586,17 @@ def main() -> None:
     parser.add_argument("--kv-blocks", type=int, default=0, help="KV cache blocks per engine (0: 1 GiB's worth)")
     parser.add_argument("--kv-events", action="store_true",
                         help="engines publish KV events; adds the cases of prefixgate routing by them")
-    parser.add_argument("--cases", help="affinity: only these cases (a comma list; single engine is always run)")
+    parser.add_argument("--cases", help="affinity: only these cases (a ';' list; single engine is always run)")
     parser.add_argument("--where", help="the caption's machine and engine (default: detected at run time)")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     parser.add_argument("--name", default="routing", help="docs block and file stem")
+    parser.add_argument("--render", metavar="JSON", help="only write the tables and plot again from a result file")
     args = parser.parse_args()
+    if args.render:  # e.g. after a run whose plot could not be drawn
+        saved = json.loads(Path(args.render).read_text())
+        publish(Path(args.out), Path(args.render).stem, saved["meta"], saved["results"],
+                markdown(saved["results"], saved["meta"]), "routing", plot)
+        return
     only = set(args.only.split(","))
     workdir = Path(tempfile.mkdtemp(prefix="routing-bench-"))
     cores = sorted(os.sched_getaffinity(0))
@@ -609,7 +620,8 @@ def main() -> None:
             engine.stop()
     where = args.where or f"{machine.machine()}, {machine.vllm_version()}"
     meta = {"date": datetime.now().strftime("%Y-%m-%d"), "where": where, "cores": len(cores),
-            "engines": count, **{k: v for k, v in vars(args).items() if k not in ("only", "out", "where", "engines")}}
+            "engines": count, "command": "python tests/bench/routing.py " + " ".join(sys.argv[1:]),
+            **{k: v for k, v in vars(args).items() if k not in ("only", "out", "where", "engines", "render")}}
     table = markdown(results, meta)
     print(table)
     publish(Path(args.out), args.name, meta, results, table, "routing", plot)

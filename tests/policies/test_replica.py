@@ -48,8 +48,9 @@ def test_without_a_key_the_least_loaded_takes_it_and_none_when_none_is_healthy()
     assert _pick([0, 0, 0], healthy=[False] * 3, key=None) is None
 
 
-def _pick_held(held: list[int], in_flight: list[int], healthy: list[bool] | None = None) -> tuple[int, str] | None:
-    return pick_replica(in_flight, healthy or [True] * 3, key=KEY, ring=RING, bound=1.25, home_slack=0, warm=0,
+def _pick_held(held: list[int], in_flight: list[int], healthy: list[bool] | None = None,
+               slack: int = 0) -> tuple[int, str] | None:
+    return pick_replica(in_flight, healthy or [True] * 3, key=KEY, ring=RING, bound=1.25, home_slack=slack, warm=0,
                         start=0, held=held)
 
 
@@ -79,3 +80,16 @@ def test_nothing_held_within_the_bound_goes_by_the_ring() -> None:
     loads[home] = 9  # the only holder is over the bound: spilled by the ring's walk
     index, reason = _pick_held(held, loads)  # type: ignore[misc]
     assert index != home and reason == "spilled"
+
+
+def test_the_longest_holder_may_go_past_the_bound_by_the_slack_before_the_prompt_goes_cold() -> None:
+    home = RING.home(KEY)
+    holder = next(i for i in RING.walk(KEY) if i != home)
+    held = [0, 0, 0]
+    held[holder] = 4
+    loads = [0, 0, 0]
+    loads[holder] = 2  # capacity ceil(1.25 * 3 / 3) = 2: at the bound
+    assert _pick_held(held, loads, slack=1) == (holder, "held")
+    loads[holder] = 3  # past the bound and the slack: by the ring
+    index, reason = _pick_held(held, loads, slack=1)  # type: ignore[misc]
+    assert reason != "held" and index != holder

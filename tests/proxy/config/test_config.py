@@ -61,7 +61,8 @@ pools:
         ("pools:\n  - {name: a, replicas: ['http://x/v1', 'http://y/v1'], balance: kv_events}\n",
          ["pools[0]", "kv_events.tokenizer", "the model's folder"]),
         ("pools:\n  - {name: a, replicas: ['http://x/v1', 'http://y/v1'], balance: kv_events,\n"
-         "     kv_events: {tokenizer: /m, endpoints: ['tcp://x:5557']}}\n", ["pools[0]", "1 sockets for 2 replicas"]),
+         "     kv_events: {endpoints: ['tcp://x:5557'], tokenizer: /nonexistent}}\n",
+         ["pools[0].kv_events.tokenizer", "no model folder at /nonexistent"]),
         ("pools:\n  - name: a\n    replicas: ['http://x/v1']\n    timeouts: {total: -1}\n",
          ["pools[0].timeouts.total", "greater than 0"]),
         ("- just\n- a list\n", ["top level must be a mapping"]),
@@ -135,3 +136,18 @@ def test_tenants_no_key_can_name_are_reported() -> None:
     keyed = build_config({"auth": {"keys": [{"tenant": "acme", "key": "sk-acme-key-1"}]},
                           "tenants": {"acme": retrieval, "globex": retrieval, "default": retrieval}}, env={})
     assert keyed.unreachable_tenants == ["default", "globex"]
+
+
+def test_kv_events_name_one_socket_per_replica_or_none(tmp_path: Path) -> None:
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "tokenizer_config.json").write_text("{}")
+    path = write(tmp_path, f"""
+pools:
+  - name: a
+    replicas: [http://x/v1, http://y/v1]
+    balance: kv_events
+    kv_events: {{tokenizer: {tmp_path / "model"}, endpoints: [tcp://x:5557]}}
+""")
+    with pytest.raises(ConfigError) as error:
+        load_config(path, env={})
+    assert "pools[0]" in str(error.value) and "1 sockets for 2 replicas" in str(error.value)

@@ -5,6 +5,8 @@ the replica forgotten until its next events."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import msgspec
 import zmq
@@ -63,76 +65,56 @@ async def test_an_undecodable_batch_forgets_the_replica() -> None:
     assert events.index.held(KEYS) == [0] and events.state.undecodable == 1
 
 
-async def test_lost_batches_are_asked_again_from_the_replay_socket() -> None:
+@asynccontextmanager
+async def replay_socket(kept: dict[int, bytes]) -> AsyncIterator[tuple[zmq.asyncio.Context, str, list[int]]]:
+    """An engine's replay socket (a ZeroMQ ROUTER, answering as vLLM's does) that still keeps the batches
+    ``kept``: yields a context for the feed, the socket's address, and the start numbers it was asked for."""
     context = zmq.asyncio.Context()
     router = context.socket(zmq.ROUTER)
     port = router.bind_to_random_port("tcp://127.0.0.1")
-    kept = {1: stored(2, 1), 2: stored(3, 1)}  # what the engine still keeps
+    asked: list[int] = []
 
-    async def replay_server() -> None:
-        client, _, start = await router.recv_multipart()
-        for seq in sorted(kept):
-            if seq >= int.from_bytes(start, "big"):
-                await router.send_multipart([client, b"", b"kv", seq.to_bytes(8, "big"), kept[seq]])
-        await router.send_multipart([client, b"", b"", REPLAY_END, b""])
+    async def serve() -> None:
+        while True:
+            client, _, start = await router.recv_multipart()
+            asked.append(int.from_bytes(start, "big"))
+            for seq in sorted(kept):
+                if seq >= asked[-1]:
+                    await router.send_multipart([client, b"", b"kv", seq.to_bytes(8, "big"), kept[seq]])
+            await router.send_multipart([client, b"", b"", REPLAY_END, b""])
 
-    serving = asyncio.create_task(replay_server())
+    serving = asyncio.create_task(serve())
     try:
-        events = feed(replay=f"tcp://127.0.0.1:{port}")
-        await events.receive(0, stored(0, 2), context)
-        await events.receive(3, removed("h0"), context)  # 1 and 2 missed: replayed before this one
-        assert events.state.replayed == 2 and events.state.missed == 0
-        await serving
-        assert events.index.held(KEYS) == [0]  # h0 removed last, after the replayed blocks 2 and 3
-        events.index.stored(0, None, ["h0"], PROMPT[:BLOCK], BLOCK)
-        assert events.index.held(KEYS) == [4]  # the replayed blocks were there, chained after block 1
+        yield context, f"tcp://127.0.0.1:{port}", asked
     finally:
         serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
         router.close(0)
         context.term()
 
 
+async def test_lost_batches_are_asked_again_from_the_replay_socket() -> None:
+    async with replay_socket({1: stored(2, 1), 2: stored(3, 1)}) as (context, address, asked):
+        events = feed(replay=address)
+        await events.receive(0, stored(0, 2), context)
+        await events.receive(3, removed("h0"), context)  # 1 and 2 missed: replayed before this one
+        assert asked == [1] and events.state.replayed == 2 and events.state.missed == 0
+        assert events.index.held(KEYS) == [0]  # h0 removed last, after the replayed blocks 2 and 3
+        events.index.stored(0, None, ["h0"], PROMPT[:BLOCK], BLOCK)
+        assert events.index.held(KEYS) == [4]  # the replayed blocks were there, chained after block 1
+
+
 async def test_a_replay_that_cannot_give_every_lost_batch_forgets_the_replica() -> None:
-    context = zmq.asyncio.Context()
-    router = context.socket(zmq.ROUTER)
-    port = router.bind_to_random_port("tcp://127.0.0.1")
-
-    async def replay_server() -> None:  # the engine kept only batch 2 of the lost 1 and 2
-        client, _, _ = await router.recv_multipart()
-        await router.send_multipart([client, b"", b"kv", (2).to_bytes(8, "big"), stored(3, 1)])
-        await router.send_multipart([client, b"", b"", REPLAY_END, b""])
-
-    serving = asyncio.create_task(replay_server())
-    try:
-        events = feed(replay=f"tcp://127.0.0.1:{port}")
+    async with replay_socket({2: stored(3, 1)}) as (context, address, _):  # of the lost 1 and 2, only 2 kept
+        events = feed(replay=address)
         await events.receive(0, stored(0, 2), context)
         await events.receive(3, stored(2, 1), context)
         assert events.state.missed == 2 and events.state.replayed == 0
         assert events.index.held(KEYS) == [0]
-    finally:
-        serving.cancel()
-        router.close(0)
-        context.term()
 
 
 async def test_a_feed_joining_a_running_engine_learns_what_it_still_keeps() -> None:
-    context = zmq.asyncio.Context()
-    router = context.socket(zmq.ROUTER)
-    port = router.bind_to_random_port("tcp://127.0.0.1")
-
-    async def replay_server() -> None:
-        client, _, start = await router.recv_multipart()
-        assert int.from_bytes(start, "big") == 0
-        for seq, payload in enumerate([stored(0, 2), stored(2, 1)]):
-            await router.send_multipart([client, b"", b"kv", seq.to_bytes(8, "big"), payload])
-        await router.send_multipart([client, b"", b"", REPLAY_END, b""])
-
-    serving = asyncio.create_task(replay_server())
-    try:
-        events = feed(replay=f"tcp://127.0.0.1:{port}")
+    async with replay_socket({0: stored(0, 2), 1: stored(2, 1)}) as (context, address, asked):
+        events = feed(replay=address)
         await events.receive(2, stored(3, 1), context)  # the first batch this feed hears is the engine's third
-        assert events.index.held(KEYS) == [4] and events.state.missed == 0
-    finally:
-        serving.cancel()
-        router.close(0)
-        context.term()
+        assert asked == [0] and events.index.held(KEYS) == [4] and events.state.missed == 0
