@@ -125,24 +125,48 @@ class HeldBlocks:
     def held(self, keys: Sequence[int]) -> list[int]:
         """How many of the prompt's leading blocks (``block_keys``) each replica holds: the engine reuses
         a prefix only up to its first missing block."""
-        held = [0] * self.replicas
-        alive = (1 << self.replicas) - 1
-        holders = self.holders
-        for depth, key in enumerate(keys):
+        walk = HeldWalk(self)
+        walk.extend(keys)
+        return walk.held()
+
+    def size(self, replica: int) -> int:
+        return len(self.by_engine_hash[replica])
+
+
+class HeldWalk:
+    """``HeldBlocks.held`` a piece of the prompt at a time: each piece's keys are looked up once, and
+    the walk can stop as soon as no replica holds the prompt so far."""
+
+    __slots__ = ("alive", "depth", "index", "stopped_at")
+
+    def __init__(self, index: HeldBlocks) -> None:
+        self.index = index
+        self.alive = (1 << index.replicas) - 1  # the replicas holding every block so far
+        self.depth = 0  # blocks walked
+        self.stopped_at = [0] * index.replicas  # for a replica no longer alive: the blocks it held
+
+    def extend(self, keys: Sequence[int]) -> bool:
+        """Walk on through ``keys``; False once no replica holds the prompt this far."""
+        holders, alive, depth = self.index.holders, self.alive, self.depth
+        for key in keys:
+            if not alive:
+                break
             mask = holders.get(key, 0) & alive
             lost = alive & ~mask
             while lost:
                 low = lost & -lost
-                held[low.bit_length() - 1] = depth
+                self.stopped_at[low.bit_length() - 1] = depth
                 lost ^= low
             alive = mask
-            if not alive:
-                return held
+            depth += 1
+        self.alive, self.depth = alive, depth
+        return bool(alive)
+
+    def held(self) -> list[int]:
+        held = list(self.stopped_at)
+        alive = self.alive
         while alive:
             low = alive & -alive
-            held[low.bit_length() - 1] = len(keys)
+            held[low.bit_length() - 1] = self.depth
             alive ^= low
         return held
-
-    def size(self, replica: int) -> int:
-        return len(self.by_engine_hash[replica])

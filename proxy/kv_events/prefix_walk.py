@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator
 
-from policies.kv_blocks import HeldBlocks, KeyChain, extend_keys
+from policies.kv_blocks import HeldBlocks, HeldWalk, KeyChain, extend_keys
 from proxy.kv_events.prompt_tokens import PromptTokens
 
 CHUNK_CHARS = 1024  # about two of a CPU engine's 128-token blocks, a sixth of a GPU engine's 16-token ones
@@ -58,8 +58,7 @@ class PrefixWalk:
     def held(self, index: HeldBlocks, text: str, special: bool, block_size: int, salt: str | None) -> list[int]:
         """How many of the prompt's leading blocks each replica of ``index`` holds."""
         state = hash((block_size, salt, special))
-        chain, keys = KeyChain(), []
-        held = [0] * index.replicas
+        chain, walk = KeyChain(), HeldWalk(index)
         for start, end in chunks(text, self.chunk_chars, self.tokens.max_chars):
             piece = text[start:end]
             state = hash((state, piece))
@@ -75,9 +74,7 @@ class PrefixWalk:
             else:
                 self.cache.move_to_end(state)
             grown = found[0]
-            keys.extend(grown.keys)
             chain = KeyChain([], grown.parent, grown.tail)
-            held = index.held(keys)
-            if max(held, default=0) < len(keys):
+            if not walk.extend(grown.keys):
                 break  # no replica holds the prompt past this chunk: the rest cannot change the choice
-        return held
+        return walk.held()
