@@ -47,6 +47,13 @@ class UnknownPool:
 
 
 @dataclass(frozen=True, slots=True)
+class UnknownTenant:
+    """An admin route's ``x-prefixgate-tenant`` names no tenant (None: it is missing where API keys name tenants)."""
+
+    name: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class ModelNotInPool:
     """``x-prefixgate-pool`` names a pool that does not serve the request's model."""
 
@@ -126,7 +133,8 @@ class InternalError:
 
 
 Refusal = (
-    Rejection | Unauthorized | AdminOnly | UnknownModel | UnknownPool | ModelNotInPool | RateLimited | LimiterDown
+    Rejection | Unauthorized | AdminOnly | UnknownModel | UnknownPool | UnknownTenant | ModelNotInPool | RateLimited
+    | LimiterDown
     | Shed | UpstreamFailed | ProviderFailed | ShuttingDown | TooManyConnections | RequestTimeout | InternalError
 )
 

@@ -20,6 +20,7 @@ from proxy.gateway import Gateway
 from proxy.http import service_routes as routes
 from proxy.http.errors import http_exception_handler, refused_handler, unexpected_error_handler
 from proxy.http.generation import GenerationRoute
+from proxy.http.route_explain import route_explainer
 from proxy.observability.metrics import Metrics
 from proxy.retrieval.retriever import StoreOpener
 from proxy.transports.base import TransportFactory
@@ -81,6 +82,8 @@ def create_app(config: Config, *, open_store: StoreOpener | None = None, transpo
             Route("/ready", routes.ready, methods=["GET"]),
             Route("/metrics", routes.metrics, methods=["GET"]),
             Route("/openapi.json", routes.openapi, methods=["GET"]),
+            Route("/admin/route/v1/chat/completions", route_explainer("chat"), methods=["POST"]),
+            Route("/admin/route/v1/completions", route_explainer("completions"), methods=["POST"]),
         ],
         exception_handlers={
             Refused: refused_handler,

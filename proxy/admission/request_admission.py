@@ -106,13 +106,17 @@ class Admission:
             self.metrics.admission_clamped(tenant_name)
         admitted = Admitted(body, changed, prompt_tokens)
         if self.predicts or tenant.limits.tokens_per_minute is not None:
-            features = features_of(body, requested_output(body)[1])
-            chat = "messages" in body
-            admitted.length_key = length_key(pieces, chat, tenant_name, str(body.get("model", "")),
-                                             features.json_answer)
-            admitted.tenant, admitted.step = tenant_name, step_of(pieces, chat)
-            admitted.prediction = predict(features, self.book.get(admitted.length_key))
+            admitted.tenant = tenant_name
+            admitted.length_key, admitted.step, admitted.prediction = self.predict(body, pieces, tenant_name)
         return admitted
+
+    def predict(self, body: dict[str, Any], pieces: Pieces, tenant_name: str) -> tuple[int, Step, Prediction]:
+        """The output length predicted for ``body`` (as capped) from its template's history: the
+        history's key, the request's step, the prediction. Reads the book, changes nothing."""
+        features = features_of(body, requested_output(body)[1])
+        chat = "messages" in body
+        key = length_key(pieces, chat, tenant_name, str(body.get("model", "")), features.json_answer)
+        return key, step_of(pieces, chat), predict(features, self.book.get(key))
 
     async def charge(self, tenant_name: str, tenant: TenantAdmission, admitted: Admitted, body: dict[str, Any],
                      headers: list[tuple[bytes, bytes]]) -> None:

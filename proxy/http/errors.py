@@ -32,6 +32,7 @@ from policies.refusals import (
     Unauthorized,
     UnknownModel,
     UnknownPool,
+    UnknownTenant,
     UpstreamFailed,
 )
 from policies.types import Rejection
@@ -109,6 +110,12 @@ def openai_error(refusal: Refusal) -> OpenAIError:
         case UnknownPool(name, pools):
             return OpenAIError(400, f"x-prefixgate-pool names no pool: '{name}' (pools: {', '.join(pools)}).",
                                param="x-prefixgate-pool", code="unknown_pool")
+        case UnknownTenant(None):
+            return OpenAIError(400, "Name the tenant whose request this is in the header x-prefixgate-tenant.",
+                               param="x-prefixgate-tenant", code="missing_tenant")
+        case UnknownTenant(name):
+            return OpenAIError(400, f"x-prefixgate-tenant names no tenant: '{name}'.", param="x-prefixgate-tenant",
+                               code="unknown_tenant")
         case ModelNotInPool(pool, model):
             return OpenAIError(400, f"Pool '{pool}' (x-prefixgate-pool) does not serve the model '{model}'.",
                                param="x-prefixgate-pool", code="model_not_in_pool")

@@ -261,8 +261,7 @@ class Preparation:
     def call(self, pool: Pool, view: RequestView, tenant: TenantPolicy, prompt: Prompt, plan: CallPlan | None,
              answer: AnswerToStore | None) -> UpstreamCall:
         salt = plan.salt if plan is not None else None  # as sent: part of the prefix the engine caches
-        key = None if prompt.pieces is None else pool.affinity_key(prompt.pieces, view.model, salt)
-        held = pool.held(prompt.body, salt) if key is not None and pool.kv is not None else None
+        key, held = pool.prompt_place(prompt.pieces, prompt.body, view.model, salt)
         out = Outgoing(self.record.route, prompt.raw, view.stream, view.model, key, self.headers, prompt.fallback,
                        hide_usage=plan is not None and plan.ask_usage, held=held)
         hold = AdmissionHold(self.gateway.admission, self.admitted) if self.admitted is not None else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import orjson
@@ -27,6 +28,16 @@ from proxy.kv_events.routing import KvRouting
 from proxy.transports.base import TransportFactory, UpstreamError
 from proxy.upstream.replica import Replica
 from proxy.upstream.warm_prefixes import WarmPrefixes
+
+
+@dataclass(frozen=True, slots=True)
+class Explained:
+    """A replica choice as ``Pool.explain`` reports it: the replica, why, and each replica's reading."""
+
+    replica: str
+    reason: ReplicaReason
+    replicas: list[dict[str, Any]]
+
 
 # Below uvicorn's (and so vLLM's) 5 s keep-alive, so we never reuse a socket the server is closing.
 KEEPALIVE_SECONDS = 4.0
@@ -106,9 +117,13 @@ class Pool:
         """The prompt's key on this pool's ring; None where the pool does not balance by prefix."""
         return prefix_key(pieces, model, salt, self._affinity_chars) if self._affine else None
 
-    def held(self, body: dict[str, Any], salt: str | None) -> list[int] | None:
-        """How many of the prompt's leading blocks each replica's engine holds (``balance: kv_events``)."""
-        return self.kv.held(body, salt) if self.kv is not None else None
+    def prompt_place(self, pieces: Pieces | None, body: dict[str, Any], model: str,
+                     salt: str | None) -> tuple[int | None, list[int] | None]:
+        """What ``pick`` reads of a prompt: its key on the ring (None where the pool does not balance by
+        prefix), and how many of its leading blocks each replica's engine holds (``balance: kv_events``)."""
+        key = None if pieces is None else self.affinity_key(pieces, model, salt)
+        held = self.kv.held(body, salt) if key is not None and self.kv is not None else None
+        return key, held
 
     def pick(self, key: int | None = None, held: list[int] | None = None) -> tuple[Replica, ReplicaReason]:
         """The replica for a request: the one holding most of the prompt (``held``), else by prefix
@@ -118,17 +133,36 @@ class Pool:
         if len(replicas) == 1 and not replicas[0].health.tripped:
             return replicas[0], "single"
         warm = self._warm.mask(key) if self._warm is not None and key is not None else 0
-        now = self.clock()
         start = next(self._turn) if key is None else 0  # the least-loaded rotation, as in ``alternate``
-        choice = pick_replica(*self._loads(now, None), key=key, ring=self._ring, bound=self._load_bound,
-                              home_slack=self._home_slack, warm=warm, start=start, held=held)
-        if choice is None:
-            back = min(r.health.ejected_until for r in replicas) - now  # the first to turn half-open
-            raise Refused(Shed(self.name, "no_healthy_upstream", retry_after=back))
-        index, reason = choice
+        index, reason = self._choose(key, held, warm, start)
         if self._warm is not None and key is not None:
             self._warm.remember(key, warm | 1 << index)
         return replicas[index], reason
+
+    def explain(self, key: int | None, held: list[int] | None) -> Explained:
+        """What ``pick`` would choose now, and what it read to choose it, without taking or remembering
+        anything (the admin route ``POST /admin/route/...``); raises ``Shed`` as ``pick`` does."""
+        now = self.clock()
+        in_flight, healthy = self._loads(now, None)
+        if len(self.replicas) == 1 and not self.replicas[0].health.tripped:
+            index, reason = 0, "single"
+        else:
+            warm = self._warm.mask(key) if self._warm is not None and key is not None else 0
+            index, reason = self._choose(key, held, warm, 0)
+        block = self.kv.block_size if self.kv is not None else None
+        return Explained(self.replicas[index].base_url, reason, [
+            {"url": replica.base_url, "in_flight": in_flight[number], "healthy": healthy[number],
+             **({"held_tokens": held[number] * block} if held is not None and block else {})}
+            for number, replica in enumerate(self.replicas)])
+
+    def _choose(self, key: int | None, held: list[int] | None, warm: int, start: int) -> tuple[int, ReplicaReason]:
+        now = self.clock()
+        choice = pick_replica(*self._loads(now, None), key=key, ring=self._ring, bound=self._load_bound,
+                              home_slack=self._home_slack, warm=warm, start=start, held=held)
+        if choice is None:
+            back = min(r.health.ejected_until for r in self.replicas) - now  # the first to turn half-open
+            raise Refused(Shed(self.name, "no_healthy_upstream", retry_after=back))
+        return choice
 
     def alternate(self, failed: Replica) -> Replica | None:
         """Another usable replica for a request that ``failed`` could not take, if there is one."""

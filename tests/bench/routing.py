@@ -102,22 +102,47 @@ def _session() -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=600))
 
 
+async def explained(session: aiohttp.ClientSession, gateways: list[str], body: Body, tenant: str) -> list[str]:
+    """The replica each gateway names for ``body`` now (``POST /admin/route/...``, which sends nothing)."""
+    async def one(origin: str) -> str:
+        async with session.post(origin + "/admin/route/v1/chat/completions", json=body,
+                                headers={"x-prefixgate-tenant": tenant}) as answer:
+            return str((await answer.json()).get("replica"))
+
+    return list(await asyncio.gather(*(one(origin) for origin in gateways)))
+
+
 async def closed_loop(targets: list[str], requests: list[tuple[Body, str, dict[str, str]]],
-                      workers: int) -> list[Outcome]:
+                      workers: int, ask_all: bool = False) -> tuple[list[Outcome], list[tuple[int, list[str]]]]:
     """``workers`` clients, each sending its next request when its last answer ended; request i goes
-    to targets[i % len(targets)] (one target, or round-robin)."""
+    to targets[i % len(targets)] (one target, or round-robin). With ``ask_all`` (targets are gateways,
+    the request's kind its tenant), each request is first explained by every gateway at once: the
+    second list holds, per request, the gateway that will send it and the replica each one names."""
     queue = list(enumerate(requests))
     queue.reverse()
     outcomes: list[Outcome] = []
+    choices: list[tuple[int, list[str]]] = []
     async with _session() as session:
         async def worker() -> None:
             while queue:
                 index, (body, kind, headers) = queue.pop()
-                url = targets[index % len(targets)] + "/v1/chat/completions"
+                sender = index % len(targets)
+                if ask_all:
+                    choices.append((sender, await explained(session, targets, body, kind)))
+                url = targets[sender] + "/v1/chat/completions"
                 outcomes.append(await _send(session, url, body, kind, time.perf_counter(), headers))
 
         await asyncio.gather(*(worker() for _ in range(workers)))
-    return outcomes
+    return outcomes, choices
+
+
+def agreement(choices: list[tuple[int, list[str]]]) -> dict[str, float]:
+    """Of the explained requests: the share every gateway named the same replica for, and the share for
+    which the sending gateway named the replica the first gateway (one gateway alone) would have."""
+    if not choices:
+        return {}
+    return {"all_agree": sum(len(set(named)) == 1 for _, named in choices) / len(choices),
+            "as_one_gateway": sum(named[sender] == named[0] for sender, named in choices) / len(choices)}
 
 
 async def open_loop(target: str, make: Any, rate: float, seconds: float, seed: int) -> tuple[list[Outcome], float]:
@@ -211,22 +236,23 @@ def affinity_workload(tenants: int, apps: int, questions: int, prompt_words: int
 
 
 def _affinity_case(targets: list[str], requests: list[tuple[Body, str, dict[str, str]]], measured: list[str],
-                   origins: list[str], workers: int) -> dict[str, Any]:
-    """One pass of the workload with cold caches; the engines' hit rate and load while it ran."""
+                   origins: list[str], workers: int, ask_all: bool = False) -> dict[str, Any]:
+    """One pass of the workload with cold caches; the engines' hit rate and load while it ran, and with
+    ``ask_all`` how often the gateways agreed on each request's replica (``agreement``)."""
     reset_caches(origins)
     hits0, queries0, served0 = engine_counters(measured)
     sampler = LoadSampler(measured)
 
-    async def run() -> list[Outcome]:
+    async def run() -> tuple[list[Outcome], list[tuple[int, list[str]]]]:
         sampling = asyncio.create_task(sampler.run())
         try:
-            return await closed_loop(targets, requests, workers)
+            return await closed_loop(targets, requests, workers, ask_all=ask_all)
         finally:
             sampler.stop()
             await sampling
 
     started = time.perf_counter()
-    outcomes = uvloop.run(run())
+    outcomes, choices = uvloop.run(run())
     wall = time.perf_counter() - started
     hits1, queries1, served1 = engine_counters(measured)
     served = [after - before for after, before in zip(served1, served0, strict=True)]
@@ -240,6 +266,7 @@ def _affinity_case(targets: list[str], requests: list[tuple[Body, str, dict[str,
         "requests_per_engine": served,
         "requests_max_over_mean": max(served) / statistics.fmean(served) if any(served) else 0.0,
         "ttft_p50_ms": _ms(ttfts, 0.5), "ttft_p95_ms": _ms(ttfts, 0.95), "req_per_s": len(outcomes) / wall,
+        **agreement(choices),
     }
 
 
@@ -286,7 +313,8 @@ def run_affinity(engines: list[LocalEngine], workdir: Path, args: argparse.Names
                         process, origin = start_gateway(settings, workdir, f"affinity{n}")
                         processes.append(process)
                         targets = [*targets, origin]
-                runs[name].append(_affinity_case(targets, requests, measured, origins, args.workers))
+                runs[name].append(_affinity_case(targets, requests, measured, origins, args.workers,
+                                                 ask_all=len(processes) > 1))
             finally:
                 for process in processes:
                     stop_gateway(process)
@@ -429,6 +457,14 @@ def _kv_summary(rows: dict[str, Any]) -> list[str]:
         shares = [f["hit_rate"] / max(e["hit_rate"], 1e-9) for f, e in zip(four, events, strict=True)]
         lines.append(f"- Four gateway processes / one, both by KV events: hit rate "
                      f"**{statistics.median(shares):.2f}x** (passes {min(shares):.2f}-{max(shares):.2f}).")
+        if all("all_agree" in run for run in four):
+            agree = [run["all_agree"] for run in four]
+            as_one = [run["as_one_gateway"] for run in four]
+            lines.append(f"- Four gateway processes, asked each request's replica at once (`POST /admin/route`) "
+                         f"before it was sent: all four named the same replica for **{statistics.median(agree):.1%}** "
+                         f"of requests (passes {min(agree):.1%}-{max(agree):.1%}); the sending gateway named the one "
+                         f"the first gateway named for **{statistics.median(as_one):.1%}** "
+                         f"({min(as_one):.1%}-{max(as_one):.1%}).")
     return [*lines, ""]
 
 

@@ -88,7 +88,8 @@ async def test_the_index_holds_the_engines_blocks_for_the_requests_own_tokens(em
 def test_the_gateway_sends_a_prompt_to_the_replica_whose_engine_holds_it(
         embedded: Embedded, fake: FakeServer, start_proxy: Callable[..., str]) -> None:
     """A pool of the real engine and a fake one (which publishes nothing): prompts the engine holds for a
-    tenant go to it whatever the ring says; another tenant's same prompt is not held (its salt differs)."""
+    tenant go to it whatever the ring says; another tenant's same prompt is not held (its salt differs). The
+    admin's /admin/route says so before each choice is made."""
     gateway = start_proxy({
         "pools": [pool("engines", embedded.engine + "/v1", fake.base_url, models=[embedded.model],
                        balance="kv_events", kv_events={"tokenizer": str(embedded.model_folder)})],
@@ -114,6 +115,15 @@ def test_the_gateway_sends_a_prompt_to_the_replica_whose_engine_holds_it(
                             json={"model": embedded.model, "messages": messages, "max_tokens": 1}, timeout=60)
         return answer.status_code
 
+    def explain(tenant: str, messages: list[dict]) -> dict:
+        return httpx.post(gateway + "/admin/route/v1/chat/completions", headers={"x-prefixgate-tenant": tenant},
+                          json={"model": embedded.model, "messages": messages, "max_tokens": 1}, timeout=60).json()
+
+    for messages in prompts:  # the admin's view of the choice, before it is made: held there, by how much
+        said = explain("alpha", messages)
+        assert (said["replica"], said["reason"]) == (embedded.engine + "/v1", "held")
+        assert said["replicas"][0]["held_tokens"] >= 3 * 128 and said["replicas"][1]["held_tokens"] == 0
+        assert [r["held_tokens"] for r in explain("beta", messages)["replicas"]] == [0, 0]
     assert [ask("alpha", messages) for messages in prompts] == [200] * len(prompts)
     metrics = httpx.get(gateway + "/metrics").text
     held = sample_sum(metrics, "prefixgate_replica_choices_total", pool="engines", reason="held")

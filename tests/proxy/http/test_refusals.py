@@ -23,6 +23,7 @@ from policies.refusals import (
     Unauthorized,
     UnknownModel,
     UnknownPool,
+    UnknownTenant,
     UpstreamFailed,
 )
 from policies.types import Rejection
@@ -36,6 +37,8 @@ EXAMPLES: list[tuple[Refusal, int, str | None]] = [
     (AdminOnly("/metrics"), 401, "invalid_api_key"),
     (UnknownModel("gpt-9"), 404, "model_not_found"),
     (UnknownPool("huge", ("short", "long")), 400, "unknown_pool"),
+    (UnknownTenant(None), 400, "missing_tenant"),
+    (UnknownTenant("gamma"), 400, "unknown_tenant"),
     (ModelNotInPool("short", "gpt-9"), 400, "model_not_in_pool"),
     (RateLimited(RateLimits(10, None), Verdict(False, 0, None, 2.5, 0.0), 100), 429, "rate_limit_exceeded"),
     (RateLimited(RateLimits(None, 50), Verdict(False, None, 50, 0.0, 0.0, too_large=True), 80), 429,
