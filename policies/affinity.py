@@ -84,8 +84,13 @@ class HashRing:
                     return
 
 
+def capacity(in_flight: Sequence[int], live: Sequence[int], bound: float) -> int:
+    """Requests a live replica may hold, this one counted: ``bound`` x the mean load, rounded up."""
+    return math.ceil(bound * (sum(in_flight[index] for index in live) + 1) / len(live))
+
+
 def bounded_choice(ring: HashRing, key: int, in_flight: Sequence[int], healthy: Sequence[bool],
-                   bound: float, home_slack: int = 0, warm: int = 0) -> int | None:
+                   bound: float, home_slack: int = 0, warm: int = 0, home: int | None = None) -> int | None:
     """The replica for ``key``, of those whose load stays within ``bound`` x the mean: the least
     loaded of its home and the replicas that hold the prefix already (bit i of ``warm`` set: replica
     i served it lately), ties going to the first on the key's walk; failing those, the home while
@@ -96,27 +101,31 @@ def bounded_choice(ring: HashRing, key: int, in_flight: Sequence[int], healthy: 
     A spill to a warm replica costs no prefill, a spill elsewhere a whole cold one. So a hot prompt
     that spilled once shares its load between the two replicas that hold it, the slack is spent
     only on prompts with nowhere warm to go, and fewer prompts ever need a second replica. With no
-    warm replica besides the home this is plain consistent hashing with bounded loads. None when no
-    replica is healthy.
+    warm replica besides the home this is plain consistent hashing with bounded loads. ``home``, when
+    given and healthy, stands in for the first on the walk (``placed_home``). None when no replica is
+    healthy.
     """
     live = [index for index in range(ring.size) if healthy[index]]
     if not live:
         return None
-    capacity = math.ceil(bound * (sum(in_flight[index] for index in live) + 1) / len(live))
+    most = capacity(in_flight, live, bound)
     walk = [index for index in ring.walk(key) if healthy[index]]
+    if home is not None and healthy[home]:
+        walk.remove(home)
+        walk.insert(0, home)
     home = walk[0]
-    best = home if in_flight[home] < capacity else None
+    best = home if in_flight[home] < most else None
     if warm:
         for index in walk[1:]:
-            if warm >> index & 1 and in_flight[index] < capacity:
+            if warm >> index & 1 and in_flight[index] < most:
                 if best is None or in_flight[index] < in_flight[best]:
                     best = index
     if best is not None:
         return best
-    if in_flight[home] < capacity + home_slack:
+    if in_flight[home] < most + home_slack:
         return home
     for index in walk[1:]:
-        if in_flight[index] < capacity:
+        if in_flight[index] < most:
             return index
     # Not reached for bound >= 1: the least loaded live replica holds at most the mean, so fits.
     return min(live, key=in_flight.__getitem__)

@@ -10,17 +10,17 @@ ties broken by rotating from ``start`` so equal replicas share load. The reasons
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Literal
 
-from policies.affinity import HashRing, bounded_choice
+from policies.affinity import HashRing, bounded_choice, capacity
 
 # single: the pool's one replica; held: the replica that holds the longest part of the prompt, by its
-# engine's KV events; home: the prefix's own on the ring; warm: another replica that served the prefix
-# lately (less loaded than the home, or the home was over the bound or ejected); spilled: the home was
+# engine's KV events; placed: a prompt no engine holds, on the replica of its two on the ring whose engine
+# holds fewer blocks (KV events); home: the prefix's own on the ring; warm: another replica that served the
+# prefix lately (less loaded than the home, or the home was over the bound or ejected); spilled: the home was
 # over the bound or ejected and this replica had not served the prefix; least_loaded: no prefix key.
-ReplicaReason = Literal["single", "held", "home", "warm", "spilled", "least_loaded"]
+ReplicaReason = Literal["single", "held", "placed", "home", "warm", "spilled", "least_loaded"]
 
 
 def least_loaded(in_flight: Sequence[int], healthy: Sequence[bool], start: int) -> int | None:
@@ -35,17 +35,20 @@ def least_loaded(in_flight: Sequence[int], healthy: Sequence[bool], start: int) 
 
 
 def held_choice(ring: HashRing, key: int, held: Sequence[int], in_flight: Sequence[int], healthy: Sequence[bool],
-                bound: float, slack: int = 0) -> int | None:
+                bound: float, slack: int = 0, held_bound: float = 1.0) -> int | None:
     """Of the healthy replicas within the load bound (``bounded_choice``'s), the one holding the most
     of the prompt's leading blocks (``held[i]``), ties to the less loaded, then to the first on the
     key's ring walk, so gateways that see the same events and loads choose alike. Failing those, the
-    replica holding the most may take it past the bound by ``slack`` requests, as a ring's home may:
-    elsewhere the prompt would be prefilled cold. None when no replica within reach holds any block:
-    the ring decides then."""
+    replica holding the most may take it past the bound, up to ``held_bound`` x the mean or by
+    ``slack`` requests, whichever allows more: elsewhere the prompt would be prefilled cold, a whole
+    prefill spent to skip a wait behind requests that are mostly cached, and on a small pool the
+    instantaneous count swings past a tight bound by chance (16 requests on 4 replicas hold 6 or more
+    on a given replica a fifth of the time). None when no replica within reach holds any block: the
+    ring decides then."""
     live = [index for index in range(ring.size) if healthy[index]]
     if not live:
         return None
-    capacity = math.ceil(bound * (sum(in_flight[index] for index in live) + 1) / len(live))
+    limit = capacity(in_flight, live, bound)
     best: int | None = None
     most: int | None = None  # the replica holding the most, whatever its load
     for index in ring.walk(key):
@@ -54,29 +57,74 @@ def held_choice(ring: HashRing, key: int, held: Sequence[int], in_flight: Sequen
         rank = (held[index], -in_flight[index])
         if most is None or rank > (held[most], -in_flight[most]):
             most = index
-        if in_flight[index] < capacity and (best is None or rank > (held[best], -in_flight[best])):
+        if in_flight[index] < limit and (best is None or rank > (held[best], -in_flight[best])):
             best = index
-    if best is None and most is not None and in_flight[most] < capacity + slack:
-        return most
+    if best is None and most is not None:
+        if in_flight[most] < max(limit + slack, capacity(in_flight, live, held_bound)):
+            return most
     return best
 
 
+def _warm_within(in_flight: Sequence[int], healthy: Sequence[bool], bound: float, warm: int) -> int | None:
+    """The least loaded of the replicas this process sent the prompt to lately (``warm``) within the
+    bound, or None."""
+    live = [index for index in range(len(in_flight)) if healthy[index]]
+    if not warm or not live:
+        return None
+    most = capacity(in_flight, live, bound)
+    within = [index for index in live if warm >> index & 1 and in_flight[index] < most]
+    return min(within, key=in_flight.__getitem__) if within else None
+
+
+def placed_home(ring: HashRing, key: int, footprint: Sequence[int | None], healthy: Sequence[bool]) -> int | None:
+    """For a prompt no engine holds: of the first two healthy replicas on the key's ring walk, the one whose
+    engine holds fewer blocks (``footprint[i]``, from the KV events; ties, and a replica whose engine has
+    reported nothing yet (None), to the ring's home). None: no healthy replica.
+
+    The ring alone places prompts as balls in bins: 48 prompts on 4 replicas often give one replica twice
+    another's share, and the load bound then spills that replica's requests cold, each spill a whole
+    prefill elsewhere. Two choices by a shared fact (every gateway sees the same events) even the shares
+    out (Mitzenmacher's power of two choices) and keep the gateways' choices alike, which two choices by
+    each gateway's own load would not."""
+    first: int | None = None
+    for index in ring.walk(key):
+        if not healthy[index]:
+            continue
+        if first is None:
+            first = index
+            continue
+        ours, theirs = footprint[first], footprint[index]
+        return index if ours is not None and theirs is not None and theirs < ours else first
+    return first
+
+
 def pick_replica(in_flight: Sequence[int], healthy: Sequence[bool], *, key: int | None, ring: HashRing,
-                 bound: float, home_slack: int, warm: int, start: int,
-                 held: Sequence[int] | None = None) -> tuple[int, ReplicaReason] | None:
+                 bound: float, home_slack: int, warm: int, start: int, held: Sequence[int] | None = None,
+                 footprint: Sequence[int | None] | None = None,
+                 held_bound: float = 1.0) -> tuple[int, ReplicaReason] | None:
     """The replica's index and why: the one holding most of the prompt (``held``, from the engines'
     KV events), else by prefix ``key`` under the load ``bound`` (``warm``: bit i set when replica i
-    served the prefix lately), else the least loaded. None when none is healthy."""
+    served the prefix lately) from its home, which for a prompt held nowhere is the emptier of its
+    two ring replicas (``placed_home`` of the engines' ``footprint``), else the least loaded. None
+    when none is healthy."""
     if key is None:
         index = least_loaded(in_flight, healthy, start)
         return None if index is None else (index, "least_loaded")
+    home = ring.home(key)
     if held is not None:
-        index = held_choice(ring, key, held, in_flight, healthy, bound, home_slack)
+        index = held_choice(ring, key, held, in_flight, healthy, bound, home_slack, held_bound)
         if index is not None:
             return index, "held"
-    index = bounded_choice(ring, key, in_flight, healthy, bound, home_slack, warm)
+        if footprint is not None:
+            index = _warm_within(in_flight, healthy, bound, warm)
+            if index is not None:  # sent there lately, and not reported yet (still prefilling): keep it there
+                return index, "warm"
+            home = placed_home(ring, key, footprint, healthy)
+            if home is None:
+                return None
+    index = bounded_choice(ring, key, in_flight, healthy, bound, home_slack, warm, home=home)
     if index is None:
         return None
-    if index == ring.home(key):
-        return index, "home"
+    if index == home:
+        return index, "home" if home == ring.home(key) else "placed"
     return index, "warm" if warm >> index & 1 else "spilled"

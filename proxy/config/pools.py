@@ -80,6 +80,10 @@ class KvEvents(_Frozen):
     """the events' topic (`--kv-events-config`'s `topic`)"""
     max_chars: int = Field(32768, ge=256)
     """how many characters of the rendered prompt are tokenized for the match: the prefix an engine may hold"""
+    held_bound: float = Field(2.0, ge=1.0)
+    """the replica whose engine holds the most of a prompt takes it while its requests in flight stay within this
+    times the pool's mean (the others stay within `load_bound`): past it, the prompt goes where it is prefilled
+    cold, a whole prefill spent to skip a short wait behind requests that are mostly cached"""
     max_blocks: int = Field(1 << 20, ge=1)
     """most blocks the index keeps of one replica; past it (its evictions went missing) the replica is forgotten and
     learnt again from its next events"""

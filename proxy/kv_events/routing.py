@@ -82,6 +82,11 @@ class KvRouting:
             return None
         return self.walk.held(self.index, rendered[0], rendered[1], block, salt)
 
+    def footprint(self) -> list[int | None]:
+        """The blocks each replica's engine holds, as its events said (None: no event came from it yet, so
+        its count says nothing): where a prompt held nowhere goes (``placed_home``)."""
+        return [None if feed.state.last_seq is None else self.index.size(feed.replica) for feed in self.feeds]
+
     async def run(self, timeout: float) -> None:
         """Every replica's feed, for as long as the pool lives."""
         context = zmq.asyncio.Context()

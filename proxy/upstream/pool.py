@@ -157,8 +157,10 @@ class Pool:
 
     def _choose(self, key: int | None, held: list[int] | None, warm: int, start: int) -> tuple[int, ReplicaReason]:
         now = self.clock()
+        footprint = self.kv.footprint() if held is not None and self.kv is not None else None
         choice = pick_replica(*self._loads(now, None), key=key, ring=self._ring, bound=self._load_bound,
-                              home_slack=self._home_slack, warm=warm, start=start, held=held)
+                              home_slack=self._home_slack, warm=warm, start=start, held=held, footprint=footprint,
+                              held_bound=self.kv.settings.held_bound if self.kv is not None else 1.0)
         if choice is None:
             back = min(r.health.ejected_until for r in self.replicas) - now  # the first to turn half-open
             raise Refused(Shed(self.name, "no_healthy_upstream", retry_after=back))

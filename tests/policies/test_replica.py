@@ -93,3 +93,56 @@ def test_the_longest_holder_may_go_past_the_bound_by_the_slack_before_the_prompt
     loads[holder] = 3  # past the bound and the slack: by the ring
     index, reason = _pick_held(held, loads, slack=1)  # type: ignore[misc]
     assert reason != "held" and index != holder
+
+
+def _pick_placed(footprint: list[int | None], in_flight: list[int], warm: int = 0,
+                 healthy: list[bool] | None = None) -> tuple[int, str] | None:
+    return pick_replica(in_flight, healthy or [True] * 3, key=KEY, ring=RING, bound=1.25, home_slack=0, warm=warm,
+                        start=0, held=[0, 0, 0], footprint=footprint)
+
+
+def test_a_prompt_held_nowhere_goes_to_the_emptier_of_its_two_ring_replicas() -> None:
+    home, second, third = RING.walk(KEY)
+    footprint = [0, 0, 0]
+    footprint[home], footprint[second], footprint[third] = 50, 20, 0
+    assert _pick_placed(footprint, [0, 0, 0]) == (second, "placed")  # not the third: two choices, not all
+    footprint[second] = 50
+    assert _pick_placed(footprint, [0, 0, 0]) == (home, "home")  # a tie stays home, as every gateway decides
+    footprint[second] = 20
+    footprint[second] = None  # its engine reported nothing yet: its count says nothing, the ring decides
+    assert _pick_placed(footprint, [0, 0, 0]) == (home, "home")
+    footprint[second] = 20
+    healthy = [i != second for i in range(3)]  # the two are the first two healthy ones
+    assert _pick_placed(footprint, [0, 0, 0], healthy=healthy) == (third, "placed")
+    loads = [0, 0, 0]
+    loads[second] = 9  # the emptier one is over the bound: the walk goes on from it, as from a home
+    index, reason = _pick_placed(footprint, loads)  # type: ignore[misc]
+    assert index != second and reason in ("home", "spilled")
+
+
+def test_a_prompt_sent_somewhere_lately_and_not_yet_reported_stays_there() -> None:
+    home, second, third = RING.walk(KEY)
+    footprint = [0, 0, 0]
+    footprint[home] = 50
+    assert _pick_placed(footprint, [0, 0, 0], warm=1 << third) == (third, "warm")  # still prefilling there
+    loads = [0, 0, 0]
+    loads[third] = 9  # over the bound: placed again
+    assert _pick_placed(footprint, loads, warm=1 << third) == (second, "placed")
+
+
+def test_the_longest_holder_may_go_past_the_bound_up_to_the_held_bound() -> None:
+    ring = HashRing([f"http://r{n}/v1" for n in range(4)])
+    holder = next(i for i in ring.walk(KEY) if i != ring.home(KEY))
+    held = [0, 0, 0, 0]
+    held[holder] = 4
+    loads = [3, 3, 3, 3]  # 16 in flight, 17 with this one: bound 1.25 allows 6, held_bound 1.75 allows 8
+    loads[holder] = 7
+
+    def pick(held_bound: float) -> tuple[int, str] | None:
+        return pick_replica(loads, [True] * 4, key=KEY, ring=ring, bound=1.25, home_slack=0, warm=0, start=0,
+                            held=held, held_bound=held_bound)
+
+    assert pick(1.75) == (holder, "held")
+    assert pick(1.0)[0] != holder  # type: ignore[index]
+    loads[holder] = 8  # past 1.75 x the mean too (18 in flight allow 8): prefilled cold elsewhere
+    assert pick(1.75)[0] != holder  # type: ignore[index]

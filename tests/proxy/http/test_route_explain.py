@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from starlette.testclient import TestClient
-
 from tests.support.clock import FakeClock
 from tests.support.in_memory import in_memory_gateway
 from tests.support.metrics_text import sample_sum
@@ -100,15 +98,11 @@ def test_an_open_gateway_explains_for_its_one_tenant_and_says_when_no_replica_is
         assert shed.status_code == 503 and "Retry-After" in shed.headers
 
 
-def _client_for_completions(client: TestClient) -> dict[str, object]:
-    return client.post("/admin/route/v1/completions", json={"model": "m", "prompt": "Once upon a time", "max_tokens": 2},
-                       headers={**ADMIN, "x-prefixgate-tenant": "alpha"}).json()
-
-
 def test_completions_are_explained_too(tmp_path: Path) -> None:
     upstreams = MockUpstreams(lambda url, body: MockReply.json({"choices": [{"text": "x"}]}))
+    body = {"model": "m", "prompt": "Once upon a time", "max_tokens": 2}
     with in_memory_gateway(_config(admin_key="admin-key-123"), upstreams, FakeClock(), tmp_path) as client:
-        said = _client_for_completions(client)["replica"]
-        client.post("/v1/completions", json={"model": "m", "prompt": "Once upon a time", "max_tokens": 2},
-                    headers={"Authorization": f"Bearer {KEYS['alpha']}"})
+        said = client.post("/admin/route/v1/completions", json=body,
+                           headers={**ADMIN, "x-prefixgate-tenant": "alpha"}).json()["replica"]
+        client.post("/v1/completions", json=body, headers={"Authorization": f"Bearer {KEYS['alpha']}"})
     assert upstreams.posts()[-1].url == said + "/completions"
