@@ -108,24 +108,24 @@ def bounded_choice(ring: HashRing, key: int, in_flight: Sequence[int], healthy: 
     live = [index for index in range(ring.size) if healthy[index]]
     if not live:
         return None
-    most = capacity(in_flight, live, bound)
+    limit = capacity(in_flight, live, bound)
     walk = [index for index in ring.walk(key) if healthy[index]]
     if home is not None and healthy[home]:
         walk.remove(home)
         walk.insert(0, home)
     home = walk[0]
-    best = home if in_flight[home] < most else None
+    best = home if in_flight[home] < limit else None
     if warm:
         for index in walk[1:]:
-            if warm >> index & 1 and in_flight[index] < most:
+            if warm >> index & 1 and in_flight[index] < limit:
                 if best is None or in_flight[index] < in_flight[best]:
                     best = index
     if best is not None:
         return best
-    if in_flight[home] < most + home_slack:
+    if in_flight[home] < limit + home_slack:
         return home
     for index in walk[1:]:
-        if in_flight[index] < most:
+        if in_flight[index] < limit:
             return index
     # Not reached for bound >= 1: the least loaded live replica holds at most the mean, so fits.
     return min(live, key=in_flight.__getitem__)

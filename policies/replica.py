@@ -37,8 +37,8 @@ def least_loaded(in_flight: Sequence[int], healthy: Sequence[bool], start: int) 
 def held_choice(ring: HashRing, key: int, held: Sequence[int], in_flight: Sequence[int], healthy: Sequence[bool],
                 bound: float, slack: int = 0, held_bound: float = 1.0) -> int | None:
     """Of the healthy replicas within the load bound (``bounded_choice``'s), the one holding the most
-    of the prompt's leading blocks (``held[i]``), ties to the less loaded, then to the first on the
-    key's ring walk, so gateways that see the same events and loads choose alike. Failing those, the
+    of the prompt's leading blocks (``held[i]``), ties to the first on the key's ring walk, so gateways
+    that see the same events choose alike whatever loads each of them sees. Failing those, the
     replica holding the most may take it past the bound, up to ``held_bound`` x the mean or by
     ``slack`` requests, whichever allows more: elsewhere the prompt would be prefilled cold, a whole
     prefill spent to skip a wait behind requests that are mostly cached, and on a small pool the
@@ -51,13 +51,12 @@ def held_choice(ring: HashRing, key: int, held: Sequence[int], in_flight: Sequen
     limit = capacity(in_flight, live, bound)
     best: int | None = None
     most: int | None = None  # the replica holding the most, whatever its load
-    for index in ring.walk(key):
+    for index in ring.walk(key):  # strictly more held: ties stay with the first on the walk
         if not healthy[index] or held[index] <= 0:
             continue
-        rank = (held[index], -in_flight[index])
-        if most is None or rank > (held[most], -in_flight[most]):
+        if most is None or held[index] > held[most]:
             most = index
-        if in_flight[index] < limit and (best is None or rank > (held[best], -in_flight[best])):
+        if in_flight[index] < limit and (best is None or held[index] > held[best]):
             best = index
     if best is None and most is not None:
         if in_flight[most] < max(limit + slack, capacity(in_flight, live, held_bound)):
@@ -71,21 +70,26 @@ def _warm_within(in_flight: Sequence[int], healthy: Sequence[bool], bound: float
     live = [index for index in range(len(in_flight)) if healthy[index]]
     if not warm or not live:
         return None
-    most = capacity(in_flight, live, bound)
-    within = [index for index in live if warm >> index & 1 and in_flight[index] < most]
+    limit = capacity(in_flight, live, bound)
+    within = [index for index in live if warm >> index & 1 and in_flight[index] < limit]
     return min(within, key=in_flight.__getitem__) if within else None
 
 
+PLACEMENT_MARGIN = 0.75  # the second replica must hold under this share of the home's blocks to take a prompt
+
+
 def placed_home(ring: HashRing, key: int, footprint: Sequence[int | None], healthy: Sequence[bool]) -> int | None:
-    """For a prompt no engine holds: of the first two healthy replicas on the key's ring walk, the one whose
-    engine holds fewer blocks (``footprint[i]``, from the KV events; ties, and a replica whose engine has
-    reported nothing yet (None), to the ring's home). None: no healthy replica.
+    """For a prompt no engine holds: of the first two healthy replicas on the key's ring walk, the second
+    when its engine holds under ``PLACEMENT_MARGIN`` of the blocks the first's holds (``footprint[i]``,
+    from the KV events), else the first: the ring's home, also when either engine has reported nothing
+    yet (None). None: no healthy replica.
 
     The ring alone places prompts as balls in bins: 48 prompts on 4 replicas often give one replica twice
     another's share, and the load bound then spills that replica's requests cold, each spill a whole
     prefill elsewhere. Two choices by a shared fact (every gateway sees the same events) even the shares
     out (Mitzenmacher's power of two choices) and keep the gateways' choices alike, which two choices by
-    each gateway's own load would not."""
+    each gateway's own load would not. The margin keeps a prompt's place from flipping while its first
+    request is still prefilling (its blocks unreported) as the counts move by a few blocks."""
     first: int | None = None
     for index in ring.walk(key):
         if not healthy[index]:
@@ -94,7 +98,7 @@ def placed_home(ring: HashRing, key: int, footprint: Sequence[int | None], healt
             first = index
             continue
         ours, theirs = footprint[first], footprint[index]
-        return index if ours is not None and theirs is not None and theirs < ours else first
+        return index if ours is not None and theirs is not None and theirs < PLACEMENT_MARGIN * ours else first
     return first
 
 
