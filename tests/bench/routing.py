@@ -102,14 +102,21 @@ def _session() -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=600))
 
 
-async def explained(session: aiohttp.ClientSession, gateways: list[str], body: Body, tenant: str) -> list[str]:
-    """The replica each gateway names for ``body`` now (``POST /admin/route/...``, which sends nothing)."""
-    async def one(origin: str) -> str:
-        async with session.post(origin + "/admin/route/v1/chat/completions", json=body,
-                                headers={"x-prefixgate-tenant": tenant}) as answer:
-            return str((await answer.json()).get("replica"))
+async def explained(session: aiohttp.ClientSession, gateways: list[str], body: Body, tenant: str) -> list[str] | None:
+    """The replica each gateway names for ``body`` now (``POST /admin/route/...``, which sends nothing);
+    None when a gateway did not answer twice (a keep-alive connection closing under the request)."""
+    async def one(origin: str) -> str | None:
+        for _ in range(2):
+            try:
+                async with session.post(origin + "/admin/route/v1/chat/completions", json=body,
+                                        headers={"x-prefixgate-tenant": tenant}) as answer:
+                    return str((await answer.json()).get("replica"))
+            except (aiohttp.ClientError, TimeoutError):
+                continue
+        return None
 
-    return list(await asyncio.gather(*(one(origin) for origin in gateways)))
+    named = await asyncio.gather(*(one(origin) for origin in gateways))
+    return None if None in named else [name for name in named if name is not None]
 
 
 async def closed_loop(targets: list[str], requests: list[tuple[Body, str, dict[str, str]]],
@@ -128,7 +135,9 @@ async def closed_loop(targets: list[str], requests: list[tuple[Body, str, dict[s
                 index, (body, kind, headers) = queue.pop()
                 sender = index % len(targets)
                 if ask_all:
-                    choices.append((sender, await explained(session, targets, body, kind)))
+                    named = await explained(session, targets, body, kind)
+                    if named is not None:  # a request none could explain is left out of the agreement
+                        choices.append((sender, named))
                 url = targets[sender] + "/v1/chat/completions"
                 outcomes.append(await _send(session, url, body, kind, time.perf_counter(), headers))
 
@@ -142,7 +151,8 @@ def agreement(choices: list[tuple[int, list[str]]]) -> dict[str, float]:
     if not choices:
         return {}
     return {"all_agree": sum(len(set(named)) == 1 for _, named in choices) / len(choices),
-            "as_one_gateway": sum(named[sender] == named[0] for sender, named in choices) / len(choices)}
+            "as_one_gateway": sum(named[sender] == named[0] for sender, named in choices) / len(choices),
+            "explained": len(choices)}
 
 
 async def open_loop(target: str, make: Any, rate: float, seconds: float, seed: int) -> tuple[list[Outcome], float]:
