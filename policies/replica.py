@@ -36,43 +36,24 @@ def least_loaded(in_flight: Sequence[int], healthy: Sequence[bool], start: int) 
 
 def held_choice(ring: HashRing, key: int, held: Sequence[int], in_flight: Sequence[int], healthy: Sequence[bool],
                 bound: float, slack: int = 0, held_bound: float = 1.0) -> int | None:
-    """Of the healthy replicas within the load bound (``bounded_choice``'s), the one holding the most
-    of the prompt's leading blocks (``held[i]``), ties to the first on the key's ring walk, so gateways
-    that see the same events choose alike whatever loads each of them sees. Failing those, the
-    replica holding the most may take it past the bound, up to ``held_bound`` x the mean or by
-    ``slack`` requests, whichever allows more: elsewhere the prompt would be prefilled cold, a whole
-    prefill spent to skip a wait behind requests that are mostly cached, and on a small pool the
-    instantaneous count swings past a tight bound by chance (16 requests on 4 replicas hold 6 or more
-    on a given replica a fifth of the time). None when no replica within reach holds any block: the
-    ring decides then."""
+    """The healthy replica holding the most of the prompt's leading blocks (``held[i]``; ties to the first
+    on the key's ring walk) while its requests in flight stay within ``held_bound`` x the mean (or the
+    load ``bound`` plus ``slack``, whichever allows more); past it, the next longest holder within the
+    same. None when no replica within reach holds any block: the ring decides then.
+
+    A holder's allowance is wide because the alternative is a cold prefill: a whole prefill spent to skip
+    a wait behind requests that are mostly cached, and on a small pool the instantaneous count swings
+    past a tight bound by chance (16 requests on 4 replicas put 6 or more on a given replica a fifth of
+    the time). Deciding by the prefix first and the load only at the allowance's edge also keeps
+    gateway replicas alike: each sees loads of its own (its requests, other senders' as last read), but
+    the same events."""
     live = [index for index in range(ring.size) if healthy[index]]
     if not live:
         return None
-    limit = capacity(in_flight, live, bound)
-    best: int | None = None
-    most: int | None = None  # the replica holding the most, whatever its load
-    for index in ring.walk(key):  # strictly more held: ties stay with the first on the walk
-        if not healthy[index] or held[index] <= 0:
-            continue
-        if most is None or held[index] > held[most]:
-            most = index
-        if in_flight[index] < limit and (best is None or held[index] > held[best]):
-            best = index
-    if best is None and most is not None:
-        if in_flight[most] < max(limit + slack, capacity(in_flight, live, held_bound)):
-            return most
-    return best
-
-
-def _warm_within(in_flight: Sequence[int], healthy: Sequence[bool], bound: float, warm: int) -> int | None:
-    """The least loaded of the replicas this process sent the prompt to lately (``warm``) within the
-    bound, or None."""
-    live = [index for index in range(len(in_flight)) if healthy[index]]
-    if not warm or not live:
-        return None
-    limit = capacity(in_flight, live, bound)
-    within = [index for index in live if warm >> index & 1 and in_flight[index] < limit]
-    return min(within, key=in_flight.__getitem__) if within else None
+    allowance = max(capacity(in_flight, live, bound) + slack, capacity(in_flight, live, held_bound))
+    holders = [index for index in ring.walk(key) if healthy[index] and held[index] > 0]
+    holders.sort(key=lambda index: -held[index])  # stable: ties keep the walk's order
+    return next((index for index in holders if in_flight[index] < allowance), None)
 
 
 PLACEMENT_MARGIN = 0.75  # the second replica must hold under this share of the home's blocks to take a prompt
@@ -119,11 +100,8 @@ def pick_replica(in_flight: Sequence[int], healthy: Sequence[bool], *, key: int 
         index = held_choice(ring, key, held, in_flight, healthy, bound, home_slack, held_bound)
         if index is not None:
             return index, "held"
-        if footprint is not None:
-            index = _warm_within(in_flight, healthy, bound, warm)
-            if index is not None:  # sent there lately, and not reported yet (still prefilling): keep it there
-                return index, "warm"
-            home = placed_home(ring, key, footprint, healthy)
+        if footprint is not None:  # by the engines' reports alone, which every gateway shares
+            home, warm = placed_home(ring, key, footprint, healthy), 0
             if home is None:
                 return None
     index = bounded_choice(ring, key, in_flight, healthy, bound, home_slack, warm, home=home)

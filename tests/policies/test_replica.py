@@ -122,14 +122,12 @@ def test_a_prompt_held_nowhere_goes_to_the_emptier_of_its_two_ring_replicas() ->
     assert index != second and reason in ("home", "spilled")
 
 
-def test_a_prompt_sent_somewhere_lately_and_not_yet_reported_stays_there() -> None:
+def test_a_prompt_held_nowhere_is_placed_alike_whatever_this_gateways_memory_says() -> None:
     home, second, third = RING.walk(KEY)
     footprint = [0, 0, 0]
-    footprint[home] = 50
-    assert _pick_placed(footprint, [0, 0, 0], warm=1 << third) == (third, "warm")  # still prefilling there
-    loads = [0, 0, 0]
-    loads[third] = 9  # over the bound: placed again
-    assert _pick_placed(footprint, loads, warm=1 << third) == (second, "placed")
+    footprint[home] = 50  # the second holds none: under three quarters of the home's
+    assert _pick_placed(footprint, [0, 0, 0], warm=1 << third) == (second, "placed")
+    assert _pick_placed(footprint, [0, 0, 0], warm=1 << home) == (second, "placed")
 
 
 def test_the_longest_holder_may_go_past_the_bound_up_to_the_held_bound() -> None:
@@ -148,3 +146,19 @@ def test_the_longest_holder_may_go_past_the_bound_up_to_the_held_bound() -> None
     assert pick(1.0)[0] != holder  # type: ignore[index]
     loads[holder] = 8  # past 1.75 x the mean too (18 in flight allow 8): prefilled cold elsewhere
     assert pick(1.75)[0] != holder  # type: ignore[index]
+
+
+def test_the_longest_holder_keeps_the_prompt_within_its_allowance_whatever_load_each_gateway_sees() -> None:
+    ring = HashRing([f"http://r{n}/v1" for n in range(4)])
+    longest, shorter = [i for i in ring.walk(KEY) if i != ring.home(KEY)][:2]
+    held = [0, 0, 0, 0]
+    held[longest], held[shorter] = 6, 2  # the shorter holds the tenant's preamble only
+
+    def pick(loads: list[int]) -> tuple[int, str] | None:
+        return pick_replica(loads, [True] * 4, key=KEY, ring=ring, bound=1.25, home_slack=1, warm=0, start=0,
+                            held=held, held_bound=2.0)
+
+    for view in ([4, 4, 4, 4], [3, 3, 3, 3], [2, 5, 2, 5]):  # what four gateways might each see
+        loads = list(view)
+        loads[longest] = 7  # past 1.25 x the mean in every view, within 2 x
+        assert pick(loads) == (longest, "held")
