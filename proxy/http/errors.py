@@ -107,18 +107,8 @@ def openai_error(refusal: Refusal) -> OpenAIError:
         case UnknownModel(model):
             return OpenAIError(404, f"The model '{model}' does not exist or is not served here.", param="model",
                                code="model_not_found")
-        case UnknownPool(name, pools):
-            return OpenAIError(400, f"x-prefixgate-pool names no pool: '{name}' (pools: {', '.join(pools)}).",
-                               param="x-prefixgate-pool", code="unknown_pool")
-        case UnknownTenant(None):
-            return OpenAIError(400, "Name the tenant whose request this is in the header x-prefixgate-tenant.",
-                               param="x-prefixgate-tenant", code="missing_tenant")
-        case UnknownTenant(name):
-            return OpenAIError(400, f"x-prefixgate-tenant names no tenant: '{name}'.", param="x-prefixgate-tenant",
-                               code="unknown_tenant")
-        case ModelNotInPool(pool, model):
-            return OpenAIError(400, f"Pool '{pool}' (x-prefixgate-pool) does not serve the model '{model}'.",
-                               param="x-prefixgate-pool", code="model_not_in_pool")
+        case UnknownPool() | UnknownTenant() | ModelNotInPool():
+            return _bad_header(refusal)
         case RateLimited():
             return _rate_limited(refusal)
         case LimiterDown(retry_after):
@@ -152,6 +142,22 @@ def openai_error(refusal: Refusal) -> OpenAIError:
         case InternalError():
             return OpenAIError(500, "Internal error in prefixgate.", type="server_error")
     raise TypeError(f"not a refusal: {refusal!r}")
+
+
+def _bad_header(refusal: UnknownPool | UnknownTenant | ModelNotInPool) -> OpenAIError:
+    """A prefixgate header (x-prefixgate-pool, x-prefixgate-tenant) that names nothing it can serve."""
+    match refusal:
+        case UnknownPool(name, pools):
+            return OpenAIError(400, f"x-prefixgate-pool names no pool: '{name}' (pools: {', '.join(pools)}).",
+                               param="x-prefixgate-pool", code="unknown_pool")
+        case UnknownTenant(None):
+            return OpenAIError(400, "Name the tenant whose request this is in the header x-prefixgate-tenant.",
+                               param="x-prefixgate-tenant", code="missing_tenant")
+        case UnknownTenant(name):
+            return OpenAIError(400, f"x-prefixgate-tenant names no tenant: '{name}'.", param="x-prefixgate-tenant",
+                               code="unknown_tenant")
+    return OpenAIError(400, f"Pool '{refusal.pool}' (x-prefixgate-pool) does not serve the model '{refusal.model}'.",
+                       param="x-prefixgate-pool", code="model_not_in_pool")
 
 
 def _rate_limited(refusal: RateLimited) -> OpenAIError:
