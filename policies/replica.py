@@ -95,7 +95,7 @@ def pick_replica(in_flight: Sequence[int], healthy: Sequence[bool], *, key: int 
     if key is None:
         index = least_loaded(in_flight, healthy, start)
         return None if index is None else (index, "least_loaded")
-    home = ring.home(key)
+    home = ring_home = ring.home(key)
     if held is not None:
         index = held_choice(ring, key, held, in_flight, healthy, bound, home_slack, held_bound)
         if index is not None:
@@ -108,5 +108,5 @@ def pick_replica(in_flight: Sequence[int], healthy: Sequence[bool], *, key: int 
     if index is None:
         return None
     if index == home:
-        return index, "home" if home == ring.home(key) else "placed"
+        return index, "home" if home == ring_home else "placed"
     return index, "warm" if warm >> index & 1 else "spilled"
