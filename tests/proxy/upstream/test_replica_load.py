@@ -113,7 +113,9 @@ def test_the_engine_figures_follow_the_engine(start_proxy: Callable[..., str], r
     """Running requests and the prefix-cache hit rate between readings, as the engine reports them."""
     target = replicas[0]
     proxy = start_proxy({"pools": [pool("p", target.base_url, **FAST)]})
-    body = {"model": "fake-slow-stream", "max_tokens": 2, "stream": True, "fake_first_ms": 800,
+    # A stream that stays open in the engine (up to 10 s) until the client leaves: the reading must see it
+    # while it runs, however late a loaded machine lets the check begin.
+    body = {"model": "fake-model", "max_tokens": 2, "stream": True, "fake_tokens": 100, "fake_delay_ms": 100,
             "messages": [{"role": "user", "content": "hi"}]}
     with httpx.Client(timeout=10) as client, client.stream("POST", proxy + "/v1/chat/completions", json=body):
         text = _until(proxy, "prefixgate_engine_running", target, 1)
