@@ -48,7 +48,7 @@ def held_choice(ring: HashRing, key: int, held: Sequence[int], in_flight: Sequen
     gateway replicas alike: each sees loads of its own (its requests, other senders' as last read), but
     the same events."""
     live = [index for index in range(ring.size) if healthy[index]]
-    if not live:
+    if not live or not any(held):  # held nowhere, as most new prompts are: no ring walk to find no holder
         return None
     allowance = max(capacity(in_flight, live, bound) + slack, capacity(in_flight, live, held_bound))
     holders = [index for index in ring.walk(key) if healthy[index] and held[index] > 0]
