@@ -57,7 +57,10 @@ class EngineMetrics(_Frozen):
     replica the engine's running and waiting requests, KV-cache usage, prefix-cache hit rate and preemptions
     (`prefixgate_engine_*`), and the replica choice adds the requests other senders have at an engine
     (running + waiting less this process's own in flight: other uvicorn workers, other gateways, direct
-    clients), as two readings in a row saw them, to that replica's load. A reading older than three
+    clients), as two readings in a row saw them, to that replica's load. Readings fall on the wall clock's
+    multiples of the interval, so gateways that share engines read them at the same instants; with other
+    senders seen, a `balance: kv_events` pool counts each engine's running + waiting at the latest reading
+    instead, the same at every gateway, so gateways reach the same choice. A reading older than three
     intervals counts for nothing; an upstream whose `/metrics` is not vLLM's (404, or no scheduler
     gauges) is asked again once a minute"""
     timeout: float = Field(2.0, gt=0)

@@ -143,7 +143,7 @@ class Pool:
         """What ``pick`` would choose now, and what it read to choose it, without taking or remembering
         anything (the admin route ``POST /admin/route/...``); raises ``Shed`` as ``pick`` does."""
         now = self.clock()
-        in_flight, healthy = self._loads(now, None)
+        in_flight, healthy = self._loads(now, None, shared=held is not None)
         if len(self.replicas) == 1 and not self.replicas[0].health.tripped:
             index, reason = 0, "single"
         else:
@@ -158,7 +158,8 @@ class Pool:
     def _choose(self, key: int | None, held: list[int] | None, warm: int, start: int) -> tuple[int, ReplicaReason]:
         now = self.clock()
         footprint = self.kv.footprint() if held is not None and self.kv is not None else None
-        choice = pick_replica(*self._loads(now, None), key=key, ring=self._ring, bound=self._load_bound,
+        loads = self._loads(now, None, shared=held is not None)
+        choice = pick_replica(*loads, key=key, ring=self._ring, bound=self._load_bound,
                               home_slack=self._home_slack, warm=warm, start=start, held=held, footprint=footprint,
                               held_bound=self.kv.settings.held_bound if self.kv is not None else 1.0)
         if choice is None:
@@ -174,11 +175,21 @@ class Pool:
                               bound=self._load_bound, home_slack=self._home_slack, warm=0, start=next(self._turn))
         return None if choice is None else self.replicas[choice[0]]
 
-    def _loads(self, now: float, avoid: Replica | None) -> tuple[list[int], list[bool]]:
+    def _loads(self, now: float, avoid: Replica | None, shared: bool = False) -> tuple[list[int], list[bool]]:
         """Each replica's requests in flight (this process's and, while fresh, other senders'), and
-        whether it may take one (healthy, or half-open with nothing in flight; never ``avoid``)."""
+        whether it may take one (healthy, or half-open with nothing in flight; never ``avoid``).
+
+        ``shared`` (the KV-event choice): where other senders were seen lately, what each engine ran and
+        queued at the latest reading, which every gateway takes at the same instants (``poll_replica``), so
+        gateways that read the same KV events and the same counts reach the same choice. A gateway's own count is
+        fresher but its own, and near a holder's allowance the difference flips choices; the shared count
+        reacts to a gateway's own burst one reading late. A lone gateway keeps its exact count."""
         replicas = self.replicas
         in_flight = [r.in_flight + r.others_at(now) for r in replicas]
+        if shared and any(now < r.others_seen_until for r in replicas):
+            counts = [count for r in replicas if (count := r.engine_count_at(now)) is not None]
+            if len(counts) == len(replicas):  # every engine read lately
+                in_flight = counts
         healthy = [r is not avoid and usable(r.health, now, r.in_flight) for r in replicas]
         return in_flight, healthy
 

@@ -1,12 +1,19 @@
 """Polling each replica's own /metrics: the load other senders put on it, which the replica choice
 counts, and the per-replica engine figures prefixgate's /metrics shows (``parse_engine_metrics``
-says why). One task per replica, so a slow engine delays only its own reading."""
+says why). One task per replica, so a slow engine delays only its own reading.
+
+Readings are taken on the wall clock's multiples of the interval (``poll_replica``), so gateway
+processes that share engines read each engine at the same instants and count the same others' load:
+the replica choices of several gateways then differ only by what each sent since the last reading,
+not by up to an interval's worth of drift between their readings.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -20,6 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("prefixgate")
 
+OTHERS_MEMORY = 10  # readings for which a replica counts as shared after other senders were last seen there
 NOT_VLLM_WAIT = 60.0  # seconds before asking again an upstream whose /metrics is not vLLM's
 
 
@@ -56,12 +64,23 @@ async def read_replica(replica: Replica, settings: EngineMetrics) -> bool | None
     replica.reading = ReplicaReading(sample, rate, seen)
     replica.reading_ok = True
     replica.others = lasting_load(previous.seen_others if previous else None, seen)
+    replica.engine_count = round(sample.running + sample.waiting)
+    if replica.others:  # a sender beside this process: remembered a while, as its load comes and goes
+        replica.others_seen_until = now + OTHERS_MEMORY * settings.interval
     replica.others_until = now + 3 * settings.interval
     return True
 
 
-async def poll_replica(replica: Replica, settings: EngineMetrics) -> None:
-    """Read ``replica``'s engine every interval, until cancelled."""
+def until_next_reading(wall_now: float, interval: float) -> float:
+    """Seconds to the wall clock's next multiple of ``interval``: every process that shares the engines
+    (their clocks kept in step by NTP) reads them at the same instants."""
+    return interval - wall_now % interval
+
+
+async def poll_replica(replica: Replica, settings: EngineMetrics, wall: Callable[[], float] = time.time,
+                       sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+    """Read ``replica``'s engine at once, then on each multiple of the interval on the ``wall`` clock,
+    until cancelled."""
     warned = False
     while True:
         read = await read_replica(replica, settings)
@@ -69,7 +88,7 @@ async def poll_replica(replica: Replica, settings: EngineMetrics) -> None:
             log.info("replica %s of pool '%s' serves no vLLM metrics at %s; asking again every %.0f s",
                      replica.base_url, replica.pool, settings.path, NOT_VLLM_WAIT)
             warned = True
-        await asyncio.sleep(NOT_VLLM_WAIT if read is None else settings.interval)
+        await sleep(NOT_VLLM_WAIT if read is None else until_next_reading(wall(), settings.interval))
 
 
 def start_load_polls(pools: Iterable[Pool]) -> list[asyncio.Task[None]]:

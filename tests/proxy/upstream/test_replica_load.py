@@ -14,13 +14,16 @@ import pytest
 
 from policies.health import EjectionRules
 from proxy.config.pools import EngineMetrics
+from proxy.engine.tiny_model import ensure_tiny_model
+from proxy.upstream.pool import Pool
 from proxy.upstream.replica import Replica
-from proxy.upstream.replica_load import read_replica
+from proxy.upstream.replica_load import poll_replica, read_replica
 from tests.support.clock import FakeClock
-from tests.support.configs import pool
+from tests.support.configs import make_config, pool
 from tests.support.fake_server import FakeServer
 from tests.support.gateways import gateway_processes
 from tests.support.metrics_text import sample_sum
+from tests.support.mock_transport import MockReply, MockUpstreams
 from tests.support.replica_choice import PROMPTS, ask, served_by
 from tests.support.waiting import wait_until
 
@@ -174,3 +177,74 @@ def test_a_request_of_its_own_that_came_and_went_during_a_reading_is_not_another
         assert asyncio.run(read_replica(replica, EngineMetrics(interval=1))) is True
     assert replica.reading is not None and replica.reading.sample.running == 1
     assert replica.others == 0
+
+
+def test_gateways_read_an_engine_on_the_same_instants_of_the_wall_clock() -> None:
+    """Each process reads at once, then on the wall clock's multiples of the interval: two gateways
+    started at different moments read the engine together, so they count the same others' load."""
+    pauses: dict[float, list[float]] = {}
+
+    class _Stop(Exception):
+        pass
+
+    for started in (1000.30, 1000.85):
+        def wall(started: float = started) -> float:
+            return started + sum(pauses[started])
+
+        async def sleep(seconds: float, started: float = started) -> None:
+            pauses[started].append(seconds)
+            if len(pauses[started]) == 3:
+                raise _Stop
+
+        pauses[started] = []
+        transport = _RaceTransport()
+        replica = Replica("http://127.0.0.1:9/v1", transport, "/health", EjectionRules(), "p")  # type: ignore[arg-type]
+        transport.replica = replica
+        with pytest.raises(_Stop):
+            asyncio.run(poll_replica(replica, EngineMetrics(interval=0.5), wall=wall, sleep=sleep))
+    readings = {started: [round(started + sum(pauses[started][:n]), 6) for n in range(1, 4)] for started in pauses}
+    assert readings == {1000.30: [1000.5, 1001.0, 1001.5], 1000.85: [1001.0, 1001.5, 1002.0]}
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(ensure_tiny_model(tmp_path_factory.mktemp("tiny")))
+
+
+def _kv_gateway(tiny_model: str, running: list[int], own_before: list[int]) -> Pool:
+    """A gateway process's pool (``balance: kv_events``) over three engines that report ``running``
+    requests, two readings of each taken while this process had ``own_before`` in flight there."""
+    urls = [f"http://127.0.0.1:{9000 + n}/v1" for n in range(3)]
+
+    def engine(url: str, body: bytes) -> MockReply:
+        count = running[int(url.split(":")[2][:4]) - 9000]
+        return MockReply(200, [f'vllm:num_requests_running{{engine="0"}} {count}.0\n'.encode()])
+
+    config = make_config({"pools": [pool("p", *urls, balance="kv_events", kv_events={"tokenizer": tiny_model})]})
+    gateway = Pool("p", config.pools[0], MockUpstreams(engine), clock=FakeClock())
+    for replica, own in zip(gateway.replicas, own_before, strict=True):
+        for _ in range(own):
+            replica.take()
+        for _ in range(2):
+            asyncio.run(read_replica(replica, EngineMetrics(interval=1)))
+    return gateway
+
+
+def test_gateways_sharing_engines_reach_the_same_kv_choice_whatever_each_sent_since_the_reading(
+        tiny_model: str) -> None:
+    """Two gateways read the same engines at the same instants; one of them has since sent three more
+    requests to the replica holding the prompt. By its own count that replica is past the holder's
+    allowance (twice the mean); by the engines' counts, which both share, it is not: both send the
+    prompt to it. A lone gateway keeps its exact count: its requests that ended since the reading no
+    longer count."""
+    holder, held = 0, [12, 0, 0]
+    first, second = (_kv_gateway(tiny_model, [4, 1, 1], [0, 0, 0]) for _ in range(2))
+    for _ in range(3):
+        first.replicas[holder].take()
+    choices = [gateway.explain(12345, held) for gateway in (first, second)]
+    assert [(choice.replica, choice.reason) for choice in choices] == [(first.replicas[holder].base_url, "held")] * 2
+
+    alone = _kv_gateway(tiny_model, [4, 0, 0], [4, 0, 0])  # the engine's four are all its own
+    for _ in range(3):
+        alone.replicas[holder].release()
+    assert [replica["in_flight"] for replica in alone.explain(12345, held).replicas] == [1, 0, 0]
