@@ -58,9 +58,8 @@ class EngineMetrics(_Frozen):
     (`prefixgate_engine_*`), and the replica choice adds the requests other senders have at an engine
     (running + waiting less this process's own in flight: other uvicorn workers, other gateways, direct
     clients), as two readings in a row saw them, to that replica's load. Readings fall on the wall clock's
-    multiples of the interval, so gateways that share engines read them at the same instants; with other
-    senders seen, a `balance: kv_events` pool counts each engine's running + waiting at the latest reading
-    instead, the same at every gateway, so gateways reach the same choice. A reading older than three
+    multiples of the interval, so gateways that share engines read them at the same instants
+    (`kv_events.shared_load` counts only what they read). A reading older than three
     intervals counts for nothing; an upstream whose `/metrics` is not vLLM's (404, or no scheduler
     gauges) is asked again once a minute"""
     timeout: float = Field(2.0, gt=0)
@@ -87,6 +86,11 @@ class KvEvents(_Frozen):
     """the replica whose engine holds the most of a prompt takes it while its requests in flight stay within this
     times the pool's mean (the others stay within `load_bound`): past it, the prompt goes where it is prefilled
     cold, a whole prefill spent to skip a short wait behind requests that are mostly cached"""
+    shared_load: bool = False
+    """with other senders at the engines (other gateways): count each engine's running + waiting as every gateway
+    reads it at the same instants (`engine_metrics.interval`), not this process's own requests plus the others' as
+    last read. Gateways then route a request alike nearly always instead of mostly, but react to load one
+    reading late: on prefixgate's benchmark, hit rate and load spread were worse (docs/tuning.md)"""
     max_blocks: int = Field(1 << 20, ge=1)
     """most blocks the index keeps of one replica; past it (its evictions went missing) the replica is forgotten and
     learnt again from its next events"""

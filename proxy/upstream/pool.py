@@ -75,6 +75,7 @@ class Pool:
         self._affine = config.balance in ("prefix", "kv_events") and len(self.replicas) > 1
         # balance kv_events: what each replica's engine holds, from its KV events
         self.kv = KvRouting(self.replicas, config.kv_events) if self._affine and config.balance == "kv_events" else None
+        self._shared_load = self.kv is not None and self.kv.settings.shared_load
         self._ring = HashRing([r.base_url for r in self.replicas])
         self._load_bound = config.load_bound
         self._home_slack = config.home_slack
@@ -143,7 +144,7 @@ class Pool:
         """What ``pick`` would choose now, and what it read to choose it, without taking or remembering
         anything (the admin route ``POST /admin/route/...``); raises ``Shed`` as ``pick`` does."""
         now = self.clock()
-        in_flight, healthy = self._loads(now, None, shared=held is not None)
+        in_flight, healthy = self._loads(now, None, shared=held is not None and self._shared_load)
         if len(self.replicas) == 1 and not self.replicas[0].health.tripped:
             index, reason = 0, "single"
         else:
@@ -158,7 +159,7 @@ class Pool:
     def _choose(self, key: int | None, held: list[int] | None, warm: int, start: int) -> tuple[int, ReplicaReason]:
         now = self.clock()
         footprint = self.kv.footprint() if held is not None and self.kv is not None else None
-        loads = self._loads(now, None, shared=held is not None)
+        loads = self._loads(now, None, shared=held is not None and self._shared_load)
         choice = pick_replica(*loads, key=key, ring=self._ring, bound=self._load_bound,
                               home_slack=self._home_slack, warm=warm, start=start, held=held, footprint=footprint,
                               held_bound=self.kv.settings.held_bound if self.kv is not None else 1.0)
@@ -179,11 +180,12 @@ class Pool:
         """Each replica's requests in flight (this process's and, while fresh, other senders'), and
         whether it may take one (healthy, or half-open with nothing in flight; never ``avoid``).
 
-        ``shared`` (the KV-event choice): where other senders were seen lately, what each engine ran and
-        queued at the latest reading, which every gateway takes at the same instants (``poll_replica``), so
-        gateways that read the same KV events and the same counts reach the same choice. A gateway's own count is
-        fresher but its own, and near a holder's allowance the difference flips choices; the shared count
-        reacts to a gateway's own burst one reading late. A lone gateway keeps its exact count."""
+        ``shared`` (the KV-event choice with ``kv_events.shared_load``): where other senders were seen
+        lately, what each engine ran and queued at the latest reading, which every gateway takes at the same
+        instants (``poll_replica``), so gateways that read the same KV events and the same counts reach the
+        same choice. A gateway's own count is fresher but its own, and near a holder's allowance the
+        difference flips choices; the shared count reacts to every gateway's requests one reading late, which
+        is why it is not the default. A lone gateway keeps its exact count either way."""
         replicas = self.replicas
         in_flight = [r.in_flight + r.others_at(now) for r in replicas]
         if shared and any(now < r.others_seen_until for r in replicas):

@@ -3,9 +3,9 @@ counts, and the per-replica engine figures prefixgate's /metrics shows (``parse_
 says why). One task per replica, so a slow engine delays only its own reading.
 
 Readings are taken on the wall clock's multiples of the interval (``poll_replica``), so gateway
-processes that share engines read each engine at the same instants and count the same others' load:
-the replica choices of several gateways then differ only by what each sent since the last reading,
-not by up to an interval's worth of drift between their readings.
+processes that share engines read each engine at the same instants: their views of the load differ
+by what each sent since the reading, not also by up to an interval's drift between readings, and
+with ``kv_events.shared_load`` they count the same loads.
 """
 
 from __future__ import annotations

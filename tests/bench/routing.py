@@ -306,7 +306,10 @@ def run_affinity(engines: list[LocalEngine], workdir: Path, args: argparse.Names
     if args.kv_events:  # routing by the blocks the engines report; four processes: does each reach the same choice?
         by_events = config(home_slack=args.home_slack, balance="kv_events",
                            kv_events={"tokenizer": engines[0].model_dir})
-        gateways |= {"prefixgate, KV events": (by_events, 1), "prefixgate, KV events, four processes": (by_events, 4)}
+        by_shared = config(home_slack=args.home_slack, balance="kv_events",
+                           kv_events={"tokenizer": engines[0].model_dir, "shared_load": True})
+        gateways |= {"prefixgate, KV events": (by_events, 1), "prefixgate, KV events, four processes": (by_events, 4),
+                     "prefixgate, KV events, four processes, shared load": (by_shared, 4)}
     cases = {"single engine": ([origins[0]], direct, origins[:1]),
              "round-robin": (origins, direct, origins),
              **{name: ([], workload, origins) for name in gateways}}
@@ -462,15 +465,19 @@ def _kv_summary(rows: dict[str, Any]) -> list[str]:
     gains = [e["hit_rate"] / max(r["hit_rate"], 1e-9) for e, r in zip(events, ring, strict=True)]
     lines = [f"- KV events / prefixgate's ring: hit rate **{statistics.median(gains):.2f}x** (passes "
              f"{min(gains):.2f}-{max(gains):.2f}), load max/mean {rows['prefixgate, KV events']['max_over_mean']:.2f}."]
-    if "prefixgate, KV events, four processes" in rows:
-        four = rows["prefixgate, KV events, four processes"]["runs"]
+    for four_name in ("prefixgate, KV events, four processes", "prefixgate, KV events, four processes, shared load"):
+        if four_name not in rows:
+            continue
+        four = rows[four_name]["runs"]
         shares = [f["hit_rate"] / max(e["hit_rate"], 1e-9) for f, e in zip(four, events, strict=True)]
-        lines.append(f"- Four gateway processes / one, both by KV events: hit rate "
+        shared = four_name.endswith("shared load")
+        label = "Four gateway processes" + (" with `kv_events.shared_load`" if shared else "")
+        lines.append(f"- {label} / one, both by KV events: hit rate "
                      f"**{statistics.median(shares):.2f}x** (passes {min(shares):.2f}-{max(shares):.2f}).")
         if all("all_agree" in run for run in four):
             agree = [run["all_agree"] for run in four]
             as_one = [run["as_one_gateway"] for run in four]
-            lines.append(f"- Four gateway processes, asked each request's replica at once (`POST /admin/route`) "
+            lines.append(f"- {label}, asked each request's replica at once (`POST /admin/route`) "
                          f"before it was sent: all four named the same replica for **{statistics.median(agree):.1%}** "
                          f"of requests (passes {min(agree):.1%}-{max(agree):.1%}); the sending gateway named the one "
                          f"the first gateway named for **{statistics.median(as_one):.1%}** "
@@ -561,7 +568,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
         colors = {"single engine": "#8c8c8c", "round-robin": "#d9a441", "prefixgate": "#2b7bb9",
                   "prefixgate, two processes": "#2b7bb9", "prefixgate, warm memory off": "#6baed6",
                   "prefixgate, bare ring": "#c6dbef", "prefixgate, KV events": "#31a354",
-                  "prefixgate, KV events, four processes": "#74c476"}
+                  "prefixgate, KV events, four processes": "#74c476",
+                  "prefixgate, KV events, four processes, shared load": "#bae4b3"}
         labels = [name.replace(", ", ",\n").replace(" memory", "\nmemory") for name in rows]
         axis.bar(labels, medians, yerr=ranges, capsize=4, color=[colors.get(name, "#8c8c8c") for name in rows])
         axis.tick_params(axis="x", labelsize=7)

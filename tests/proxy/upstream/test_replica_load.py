@@ -211,7 +211,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(ensure_tiny_model(tmp_path_factory.mktemp("tiny")))
 
 
-def _kv_gateway(tiny_model: str, running: list[int], own_before: list[int]) -> Pool:
+def _kv_gateway(tiny_model: str, running: list[int], own_before: list[int], shared_load: bool = True) -> Pool:
     """A gateway process's pool (``balance: kv_events``) over three engines that report ``running``
     requests, two readings of each taken while this process had ``own_before`` in flight there."""
     urls = [f"http://127.0.0.1:{9000 + n}/v1" for n in range(3)]
@@ -220,7 +220,8 @@ def _kv_gateway(tiny_model: str, running: list[int], own_before: list[int]) -> P
         count = running[int(url.split(":")[2][:4]) - 9000]
         return MockReply(200, [f'vllm:num_requests_running{{engine="0"}} {count}.0\n'.encode()])
 
-    config = make_config({"pools": [pool("p", *urls, balance="kv_events", kv_events={"tokenizer": tiny_model})]})
+    kv_events = {"tokenizer": tiny_model, "shared_load": shared_load}
+    config = make_config({"pools": [pool("p", *urls, balance="kv_events", kv_events=kv_events)]})
     gateway = Pool("p", config.pools[0], MockUpstreams(engine), clock=FakeClock())
     for replica, own in zip(gateway.replicas, own_before, strict=True):
         for _ in range(own):
@@ -230,19 +231,21 @@ def _kv_gateway(tiny_model: str, running: list[int], own_before: list[int]) -> P
     return gateway
 
 
-def test_gateways_sharing_engines_reach_the_same_kv_choice_whatever_each_sent_since_the_reading(
+def test_with_shared_load_gateways_reach_the_same_kv_choice_whatever_each_sent_since_the_reading(
         tiny_model: str) -> None:
     """Two gateways read the same engines at the same instants; one of them has since sent three more
     requests to the replica holding the prompt. By its own count that replica is past the holder's
-    allowance (twice the mean); by the engines' counts, which both share, it is not: both send the
-    prompt to it. A lone gateway keeps its exact count: its requests that ended since the reading no
-    longer count."""
+    allowance (twice the mean) and, by default, it sends the prompt elsewhere; with ``shared_load`` it
+    counts what the engines reported, as the other gateway does, and both send the prompt to the holder.
+    A lone gateway keeps its exact count: its requests that ended since the reading no longer count."""
     holder, held = 0, [12, 0, 0]
-    first, second = (_kv_gateway(tiny_model, [4, 1, 1], [0, 0, 0]) for _ in range(2))
-    for _ in range(3):
-        first.replicas[holder].take()
-    choices = [gateway.explain(12345, held) for gateway in (first, second)]
-    assert [(choice.replica, choice.reason) for choice in choices] == [(first.replicas[holder].base_url, "held")] * 2
+    for shared_load in (True, False):
+        first, second = (_kv_gateway(tiny_model, [4, 1, 1], [0, 0, 0], shared_load) for _ in range(2))
+        for _ in range(3):
+            first.replicas[holder].take()
+        choices = [(choice.replica, choice.reason) for choice in (g.explain(12345, held) for g in (first, second))]
+        assert (choices[0] == choices[1]) is shared_load
+        assert choices[1] == (first.replicas[holder].base_url, "held")
 
     alone = _kv_gateway(tiny_model, [4, 0, 0], [4, 0, 0])  # the engine's four are all its own
     for _ in range(3):
