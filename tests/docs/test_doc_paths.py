@@ -11,8 +11,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-# A file name with a known suffix, with an optional folder path before it and a test name after it.
-NAMED = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w.-]+\.(?:py|jsonl|json|png|yaml|yml|sh|lua|md))(?:::(\w+))?")
+# A file name with a known suffix (whole: `kv_events.shared_load` names no .sh file), with an optional folder
+# path before it and a test name after it.
+NAMED = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w.-]+\.(?:py|jsonl|json|png|yaml|yml|sh|lua|md)(?![\w-]))(?:::(\w+))?")
 OUTSIDE = ("deploy/compose.env.example",)  # written by the user from an example the docs name
 NOT_OURS = {"tokenizer.json", "config.json", "docker-compose.override.yml", "requests.jsonl", "embedded.yaml",
             "prefixgate.yaml", "values.yaml", "config.yaml", "bench-out"}
