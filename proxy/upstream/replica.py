@@ -26,8 +26,8 @@ def origin_of(base_url: str) -> str:
 
 
 class Replica:
-    __slots__ = ("base_url", "clock", "engine_count", "health", "health_url", "in_flight", "origin", "others",
-                 "others_seen_until", "others_until", "pool", "reading", "reading_ok", "rules", "taken", "transport")
+    __slots__ = ("base_url", "clock", "health", "health_url", "in_flight", "origin", "others", "others_seen_until",
+                 "others_until", "pool", "reading", "reading_ok", "rules", "taken", "transport")
 
     def __init__(self, base_url: str, transport: Transport, health_path: str, rules: EjectionRules,
                  pool: str = "", clock: Clock = SYSTEM_CLOCK) -> None:
@@ -42,7 +42,6 @@ class Replica:
         self.reading_ok = False  # the latest reading succeeded
         self.others = 0  # requests at the engine from other senders, as read ...
         self.others_until = 0.0  # ... and counted in the choice until then (on ``clock``)
-        self.engine_count = 0  # running + waiting at the engine, all senders', at the same reading
         self.others_seen_until = 0.0  # other senders were at the engine lately (on ``clock``)
         self.health: HealthState = HEALTHY
         self.rules = rules
@@ -62,8 +61,11 @@ class Replica:
         return self.others if now < self.others_until else 0
 
     def engine_count_at(self, now: float) -> int | None:
-        """All senders' requests at this engine as the latest reading found them, while it is fresh."""
-        return self.engine_count if now < self.others_until else None
+        """All senders' requests at this engine (running + waiting) as the latest reading found them,
+        while it is fresh."""
+        if self.reading is None or now >= self.others_until:
+            return None
+        return round(self.reading.sample.running + self.reading.sample.waiting)
 
     def succeeded(self) -> None:
         if self.health is not HEALTHY:

@@ -64,7 +64,6 @@ async def read_replica(replica: Replica, settings: EngineMetrics) -> bool | None
     replica.reading = ReplicaReading(sample, rate, seen)
     replica.reading_ok = True
     replica.others = lasting_load(previous.seen_others if previous else None, seen)
-    replica.engine_count = round(sample.running + sample.waiting)
     if replica.others:  # a sender beside this process: remembered a while, as its load comes and goes
         replica.others_seen_until = now + OTHERS_MEMORY * settings.interval
     replica.others_until = now + 3 * settings.interval
