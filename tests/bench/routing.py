@@ -313,7 +313,8 @@ def run_affinity(engines: list[LocalEngine], workdir: Path, args: argparse.Names
                          kv_events={"tokenizer": engines[0].model_dir, "held_bound": 3.0})
         gateways |= {"prefixgate, KV events": (by_events, 1), "prefixgate, KV events, four processes": (by_events, 4),
                      "prefixgate, KV events, four processes, shared load": (by_shared, 4),
-                     "prefixgate, KV events, held_bound 3": (by_wide, 1)}
+                     "prefixgate, KV events, held_bound 3": (by_wide, 1),
+                     "prefixgate, KV events, four processes, held_bound 3": (by_wide, 4)}
     cases = {"single engine": ([origins[0]], direct, origins[:1]),
              "round-robin": (origins, direct, origins),
              **{name: ([], workload, origins) for name in gateways}}
@@ -478,13 +479,17 @@ def _kv_summary(rows: dict[str, Any]) -> list[str]:
                      f"(passes {min(shares):.2f}-{max(shares):.2f}){of_one}; load max/mean {wide['max_over_mean']:.2f} "
                      f"against {rows['prefixgate, KV events']['max_over_mean']:.2f}, TTFT p95 "
                      f"{wide['ttft_p95_ms']:,.0f} ms against {rows['prefixgate, KV events']['ttft_p95_ms']:,.0f}.")
-    for four_name in ("prefixgate, KV events, four processes", "prefixgate, KV events, four processes, shared load"):
+    fours = {"prefixgate, KV events, four processes": ("prefixgate, KV events", ""),
+             "prefixgate, KV events, four processes, shared load": ("prefixgate, KV events",
+                                                                     " with `kv_events.shared_load`"),
+             "prefixgate, KV events, four processes, held_bound 3": ("prefixgate, KV events, held_bound 3",
+                                                                      " with `kv_events.held_bound: 3`")}
+    for four_name, (one_name, setting) in fours.items():
         if four_name not in rows:
             continue
-        four = rows[four_name]["runs"]
-        shares = [f["hit_rate"] / max(e["hit_rate"], 1e-9) for f, e in zip(four, events, strict=True)]
-        shared = four_name.endswith("shared load")
-        label = "Four gateway processes" + (" with `kv_events.shared_load`" if shared else "")
+        four, one = rows[four_name]["runs"], rows.get(one_name, rows["prefixgate, KV events"])["runs"]
+        shares = [f["hit_rate"] / max(e["hit_rate"], 1e-9) for f, e in zip(four, one, strict=True)]
+        label = "Four gateway processes" + setting
         lines.append(f"- {label} / one, both by KV events: hit rate "
                      f"**{statistics.median(shares):.2f}x** (passes {min(shares):.2f}-{max(shares):.2f}).")
         if all("all_agree" in run for run in four):
@@ -583,7 +588,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
                   "prefixgate, bare ring": "#c6dbef", "prefixgate, KV events": "#31a354",
                   "prefixgate, KV events, four processes": "#74c476",
                   "prefixgate, KV events, four processes, shared load": "#bae4b3",
-                  "prefixgate, KV events, held_bound 3": "#006d2c"}
+                  "prefixgate, KV events, held_bound 3": "#006d2c",
+                  "prefixgate, KV events, four processes, held_bound 3": "#238b45"}
         labels = [name.replace(", ", ",\n").replace(" memory", "\nmemory") for name in rows]
         axis.bar(labels, medians, yerr=ranges, capsize=4, color=[colors.get(name, "#8c8c8c") for name in rows])
         axis.tick_params(axis="x", labelsize=7)
