@@ -31,7 +31,7 @@ from proxy.connections.guard import raise_file_limit
 from proxy.connections.protocol import GuardedHttpToolsProtocol
 from proxy.engine.process import EngineError, LocalEngine, free_port, vllm_available
 from proxy.observability.worker_metrics import shared_metrics_dir
-from proxy.retrieval.edge_store import LocalModeFolder, holds_local_mode
+from proxy.retrieval.local_mode import LocalModeFolder, holds_local_mode
 
 log = logging.getLogger("prefixgate")
 

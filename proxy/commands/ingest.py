@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy.auth.keys import OPEN_TENANT
-from proxy.retrieval.edge_store import LocalModeFolder, holds_local_mode
-from proxy.retrieval.ingestion import Ingestion
-from proxy.retrieval.reading import document_id
+from proxy.retrieval.local_mode import LocalModeFolder, holds_local_mode
 
 
 def add_parser(commands: Any) -> None:
@@ -58,6 +56,9 @@ def run(args: Any) -> int:
 async def _ingest_command(args: Any, config: Any, collection: str) -> int:
     import sys
 
+    # here, not at the top: ``prefixgate serve`` builds this command's parser and never loads the engine
+    from proxy.retrieval.ingestion import Ingestion
+    from proxy.retrieval.reading import document_id
     from proxy.retrieval.retriever import Retriever
 
     # Before the embedding model loads (seconds): a folder in the old format then fails at once, with the

@@ -10,8 +10,7 @@ import asyncio
 from typing import Any
 
 from proxy.commands.command_config import config_or_report
-from proxy.retrieval.edge_store import holds_local_mode
-from proxy.retrieval.migration import migrate_local_mode
+from proxy.retrieval.local_mode import holds_local_mode
 
 
 def add_parser(commands: Any) -> None:
@@ -30,6 +29,8 @@ def run(args: Any) -> int:
         print(f"prefixgate migrate-store: nothing to migrate: {path} holds no collections of the previous embedded "
               "store, or they were migrated already")
         return 0
+    from proxy.retrieval.migration import migrate_local_mode  # the old and new engines: loaded for this command only
+
     done = asyncio.run(migrate_local_mode(path))
     print(f"migrated {done.chunks} chunks of {len(done.pairs)} tenant collections and {done.documents} document "
           f"records into {path / 'edge'}; the old files (collection/, meta.json) stay until you delete them")

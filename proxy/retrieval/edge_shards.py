@@ -30,23 +30,6 @@ QUANTIZED = edge.ScalarQuantizationConfig(edge.ScalarType.Int8, always_ram=True)
 DENSE_SEARCH = edge.SearchParams(quantization=edge.QuantizationSearchParams(rescore=True, oversampling=2.0))
 
 
-class LocalModeFolder(Exception):
-    """The folder holds chunks in the previous embedded store's format (qdrant-client local mode)."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(
-            f"{path} holds collections of the previous embedded store (qdrant-client local mode), which this "
-            f"version no longer reads: run `prefixgate migrate-store` once to copy them to the embedded engine "
-            f"(the old files stay until you delete them)")
-
-
-def holds_local_mode(path: Path) -> bool:
-    """True where ``path`` has local-mode collections and no embedded-engine folder yet."""
-    collections = path / "collection"
-    return ((path / "meta.json").is_file() and collections.is_dir() and any(collections.iterdir())
-            and not (path / "edge").is_dir())
-
-
 def tenant_filter(tenant: str, **fields: str) -> edge.Filter:
     """Every read and delete goes through this: the tenant's own points, and of them those matching ``fields``."""
     conditions = [edge.FieldCondition(key="tenant", match=edge.MatchValue(tenant))]

@@ -33,14 +33,13 @@ from proxy.retrieval.edge_records import EdgeRecords
 from proxy.retrieval.edge_shards import (
     MANIFEST,
     Generation,
-    LocalModeFolder,
     create_generation,
-    holds_local_mode,
     load_generation,
     search_request,
     tenant_filter,
 )
 from proxy.retrieval.generations import CURRENT, Generations, folder_name
+from proxy.retrieval.local_mode import LocalModeFolder, holds_local_mode
 from proxy.retrieval.vector_store import (
     DENSE_VECTOR,
     SPARSE_VECTOR,

@@ -21,10 +21,8 @@ from proxy.config.gateway import Config
 from proxy.config.retrieval import TenantRetrieval
 from proxy.micro_batch import MicroBatcher
 from proxy.observability.metrics import Metrics
-from proxy.retrieval.edge_store import EdgeStore
 from proxy.retrieval.embeddings import Embedder, LocalMiniLM, RemoteEmbeddings, VectorCache
 from proxy.retrieval.passage_cache import RetrievalCache, cache_key
-from proxy.retrieval.server_store import ServerStore
 from proxy.retrieval.vector_store import SearchMode, SearchQuery, VectorStore
 
 log = logging.getLogger("prefixgate")
@@ -65,6 +63,11 @@ def configured_store(config: Config) -> StoreOpener:
     settings = config.retrieval
 
     def open_store(dimensions: int) -> VectorStore:
+        # imported here: a gateway that serves no tenant collection never loads Qdrant's engine (a 30 MB
+        # library) or the client's gRPC stack
+        from proxy.retrieval.edge_store import EdgeStore
+        from proxy.retrieval.server_store import ServerStore
+
         if settings.qdrant_url:
             return ServerStore.open(settings.qdrant_url, dimensions=dimensions, timeout=settings.timeout,
                                     grpc_port=settings.qdrant_grpc_port)

@@ -18,8 +18,6 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from qdrant_edge import Bm25
-
 from policies.evidence import Chunk
 from proxy.retrieval.documents import DocumentStore
 
@@ -85,6 +83,8 @@ class WordVectors:
     each term's IDF over the collection at query time, so weights stay right as the collection grows."""
 
     def __init__(self) -> None:
+        from qdrant_edge import Bm25  # here, not at the top: a gateway with no collections never loads the engine
+
         self._bm25 = Bm25()
 
     def document(self, text: str) -> tuple[list[int], list[float]]:
