@@ -227,7 +227,7 @@ def _ms(values: list[float], q: float) -> float:
 # ---- affinity -------------------------------------------------------------------------------------
 
 def affinity_workload(tenants: int, apps: int, questions: int, prompt_words: int,
-                      seed: int = 7) -> list[tuple[Body, str, dict[str, str]]]:
+                      seed: int = 7, model: str = MODEL) -> list[tuple[Body, str, dict[str, str]]]:
     """Each tenant runs ``apps`` apps, each with its own long system prompt; every question is new.
     Shuffled, so apps interleave as real traffic does."""
     rng = random.Random(seed)
@@ -237,7 +237,7 @@ def affinity_workload(tenants: int, apps: int, questions: int, prompt_words: int
         for app in range(apps):
             system = f"You are {name}'s assistant for app {app}. " + _text(rng, prompt_words)
             for _ in range(questions):
-                body = {"model": MODEL, "max_tokens": 16, "ignore_eos": True, "stream": True,
+                body = {"model": model, "max_tokens": 16, "ignore_eos": True, "stream": True,
                         "messages": [{"role": "system", "content": system},
                                      {"role": "user", "content": "Question: " + _text(rng, 12)}]}
                 requests.append((body, name, {"Authorization": f"Bearer sk-bench-{name}"}))
@@ -280,17 +280,17 @@ def _affinity_case(targets: list[str], requests: list[tuple[Body, str, dict[str,
     }
 
 
-def run_affinity(engines: list[LocalEngine], workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Each case ``args.repeats`` times, interleaved (the 2-core VM's speed drifts); rows hold medians."""
-    origins = [engine.origin for engine in engines]
-    workload = affinity_workload(args.tenants, args.apps, args.questions, args.prompt_words)
+def run_affinity(origins: list[str], tokenizer: str, workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Each case ``args.repeats`` times, interleaved (the 2-core VM's speed drifts); rows hold medians.
+    ``tokenizer``: the engines' model folder, which the KV-event cases read prompts' tokens with."""
+    workload = affinity_workload(args.tenants, args.apps, args.questions, args.prompt_words, model=args.model)
     # The gateway isolates tenants with cache_salt; the direct runs send the same salt, so the
     # engines see identical prompts whichever way they come.
     direct = [({**body, "cache_salt": tenant_salt(BENCH_SALT_SECRET.encode(), kind)}, kind, headers)
               for body, kind, headers in workload]
 
     def config(**pool: Any) -> dict[str, Any]:
-        return {"pools": [{"name": "chat", "replicas": [o + "/v1" for o in origins], "models": [MODEL], **pool}],
+        return {"pools": [{"name": "chat", "replicas": [o + "/v1" for o in origins], "models": [args.model], **pool}],
                 "auth": {"keys": [{"tenant": f"tenant-{t}", "key": f"sk-bench-tenant-{t}"}
                                   for t in range(args.tenants)]}}
 
@@ -304,13 +304,15 @@ def run_affinity(engines: list[LocalEngine], workdir: Path, args: argparse.Names
                 "prefixgate, warm memory off": (config(home_slack=args.home_slack, warm_memory_s=0), 1),
                 "prefixgate, bare ring": (config(home_slack=0, warm_memory_s=0), 1)}
     if args.kv_events:  # routing by the blocks the engines report; four processes: does each reach the same choice?
+        # engines that do not name their event socket (GET /kv_event_sources) get it from --kv-endpoints
+        sockets = {"endpoints": args.kv_endpoints.split(",")} if args.kv_endpoints else {}
         by_events = config(home_slack=args.home_slack, balance="kv_events",
-                           kv_events={"tokenizer": engines[0].model_dir})
+                           kv_events={"tokenizer": tokenizer, **sockets})
         by_shared = config(home_slack=args.home_slack, balance="kv_events",
-                           kv_events={"tokenizer": engines[0].model_dir, "shared_load": True})
+                           kv_events={"tokenizer": tokenizer, **sockets, "shared_load": True})
         # a holder may take three times the mean load before a request of its prompt is prefilled elsewhere
         by_wide = config(home_slack=args.home_slack, balance="kv_events",
-                         kv_events={"tokenizer": engines[0].model_dir, "held_bound": 3.0})
+                         kv_events={"tokenizer": tokenizer, **sockets, "held_bound": 3.0})
         gateways |= {"prefixgate, KV events": (by_events, 1), "prefixgate, KV events, four processes": (by_events, 4),
                      "prefixgate, KV events, four processes, shared load": (by_shared, 4),
                      "prefixgate, KV events, held_bound 3": (by_wide, 1),
@@ -505,10 +507,13 @@ def _kv_summary(rows: dict[str, Any]) -> list[str]:
 
 def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
     kv = f"{meta['kv_blocks']} KV blocks of 128 tokens" if meta["kv_blocks"] else "1 GiB of KV cache (~1M tokens)"
-    lines = [f"Command: `{meta['command']}`." if "command" in meta else "",
-             f"Run of {meta['date']} on {meta['where']}; tiny model, one compute thread per engine, "
-             f"each engine bound to a core ({meta['cores']} cores shared by engines, prefixgate and the client); "
-             f"engines with {kv} and {meta['max_num_seqs']} batch slots (--max-num-seqs).", ""]
+    if meta.get("engine_urls"):  # engines started by the caller (a GPU script), which describes them in --where
+        caption = f"Run of {meta['date']} on {meta['where']}."
+    else:
+        caption = (f"Run of {meta['date']} on {meta['where']}; tiny model, one compute thread per engine, "
+                   f"each engine bound to a core ({meta['cores']} cores shared by engines, prefixgate and the client); "
+                   f"engines with {kv} and {meta['max_num_seqs']} batch slots (--max-num-seqs).")
+    lines = [f"Command: `{meta['command']}`." if "command" in meta else "", caption, ""]
     if "affinity" in results:
         lines += [f"**Prefix affinity** ({meta['engines']} engines; {meta['tenants']} tenants x {meta['apps']} apps, "
                   f"{meta['questions']} new questions per app, system prompts of ~{meta['prompt_words']} words, "
@@ -661,6 +666,13 @@ def main() -> None:
     parser.add_argument("--kv-events", action="store_true",
                         help="engines publish KV events; adds the cases of prefixgate routing by them")
     parser.add_argument("--cases", help="affinity: only these cases (a ';' list; single engine is always run)")
+    parser.add_argument("--engine-urls", help="affinity: the origins of engines started elsewhere (a comma list, "
+                                              "e.g. by a GPU script, with prefix caching and dev-mode cache reset); "
+                                              "none are started here")
+    parser.add_argument("--model", default=MODEL, help="the served model name the requests ask for")
+    parser.add_argument("--tokenizer", help="with --engine-urls: the engines' model folder (for the KV-event cases)")
+    parser.add_argument("--kv-endpoints", help="each engine's KV-event socket (a comma list, engine order), for "
+                                               "engines without GET /kv_event_sources")
     parser.add_argument("--where", help="the caption's machine and engine (default: detected at run time)")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     parser.add_argument("--name", default="routing", help="docs block and file stem")
@@ -674,17 +686,24 @@ def main() -> None:
     only = set(args.only.split(","))
     workdir = Path(tempfile.mkdtemp(prefix="routing-bench-"))
     cores = sorted(os.sched_getaffinity(0))
+    if args.engine_urls:
+        origins = args.engine_urls.split(",")
+        warm = [({**overload_request(random.Random(i))[0], "model": args.model}, "warm", {}) for i in range(16)]
+        uvloop.run(closed_loop(origins, warm, len(origins)))  # one-off costs (first kernels) out of the way
+        results = {"affinity": run_affinity(origins, args.tokenizer, workdir, args)}
+        publish_run(args, results, cores, len(origins))
+        return
     count = args.engines if "affinity" in only else (2 if "length" in only else 1)
     engines = [start_engine(MODEL, workdir, core=cores[(-1 - i) % len(cores)], name=f"engine{i}",
                             extra_args=engine_args(args)) for i in range(count)]
-    results: dict[str, Any] = {}
+    results = {}
     try:
         for engine in engines:
             engine.wait_ready(300)
         warm = [(overload_request(random.Random(i))[0], "warm", {}) for i in range(4 * count)]
         uvloop.run(closed_loop([e.origin for e in engines], warm, count))  # one-off costs out of the way
         if "affinity" in only:
-            results["affinity"] = run_affinity(engines, workdir, args)
+            results["affinity"] = run_affinity([e.origin for e in engines], engines[0].model_dir, workdir, args)
         if "length" in only:
             results["length"] = run_length(engines, workdir, args)
         if "overload" in only:
@@ -692,9 +711,13 @@ def main() -> None:
     finally:
         for engine in engines:
             engine.stop()
+    publish_run(args, results, cores, count)
+
+
+def publish_run(args: argparse.Namespace, results: dict[str, Any], cores: list[int], engines: int) -> None:
     where = args.where or f"{machine.machine()}, {machine.vllm_version()}"
     meta = {"date": datetime.now().strftime("%Y-%m-%d"), "where": where, "cores": len(cores),
-            "engines": count, "command": "python tests/bench/routing.py " + " ".join(sys.argv[1:]),
+            "engines": engines, "command": "python tests/bench/routing.py " + " ".join(sys.argv[1:]),
             **{k: v for k, v in vars(args).items() if k not in ("only", "out", "where", "engines", "render")}}
     table = markdown(results, meta)
     print(table)
