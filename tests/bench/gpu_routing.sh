@@ -23,7 +23,7 @@ SITE=${SITE:-/tmp/vllm-site}
 GATEWAY_SITE=${GATEWAY_SITE:-/tmp/prefixgate-site}
 AMPLE_TOKENS=${AMPLE_TOKENS:-147456}  # KV tokens per engine: every prompt of the workload (~106k) fits
 SMALL_TOKENS=${SMALL_TOKENS:-26800}   # a quarter of the prompts' tokens, as on the CPU (20,480 of 80,811)
-PHASE_SECONDS=${PHASE_SECONDS:-240}
+DEADLINE=${DEADLINE:-570}  # seconds from the start by which both phases are done (a device command's limit)
 AMPLE_CASES=${AMPLE_CASES:-"round-robin;prefixgate;prefixgate, KV events;prefixgate, KV events, four processes"}
 SMALL_CASES=${SMALL_CASES:-"round-robin;prefixgate;prefixgate, KV events"}
 mkdir -p "$OUT" "$SITE"
@@ -34,7 +34,7 @@ elapsed() { echo "[t=$(( $(date +%s) - started ))s] $*"; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$GATEWAY_SITE" \
   "$WHEELS"/*.whl || exit 1
 elapsed "unpacked"
-PYTHONPATH="$GATEWAY_SITE:$SITE" python3 -c "import proxy.commands.cli, proxy.kv_events.routing, transformers" \
+PYTHONPATH="$GATEWAY_SITE:$SITE" python3 -c "import proxy.commands.cli, proxy.kv_events.routing, tests.bench.routing" \
   || exit 1
 # The caption is read from the machine, the kit and the model files, never typed.
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
@@ -88,16 +88,18 @@ stop_engines() {
   for pid in "${PIDS[@]}"; do kill -9 -- -"$pid" 2>/dev/null; done
   for i in 0 1 2 3; do cat "$OUT/engine$i.log" >> "$OUT/engines.log"; rm -f "$OUT/engine$i.log"; done
 }
-phase() {  # name, first port, KV tokens, batch slots, cases
-  local name=$1 first=$2 tokens=$3 slots=$4 cases=$5
+phase() {  # name, first port, KV tokens, batch slots, cases, share of the time left for its passes, seconds kept back
+  local name=$1 first=$2 tokens=$3 slots=$4 cases=$5 share=$6 reserve=$7
   start_engines "$first" "$tokens" "$slots" || { stop_engines; return 1; }
   elapsed "$name: engines healthy"
+  # routing.py starts no pass that would not end within its budget; passes done are reported (>= 3 wanted)
+  local budget=$(( (DEADLINE - ($(date +%s) - started) - reserve) * share / 100 ))
   local urls="" events=""
   for i in 0 1 2 3; do
     urls+="${urls:+,}http://127.0.0.1:$(( first + i ))"
     events+="${events:+,}tcp://127.0.0.1:$(( first + 100 + i ))"
   done
-  PYTHONPATH="$GATEWAY_SITE:$SITE" PYTHONUNBUFFERED=1 timeout "$PHASE_SECONDS" python3 tests/bench/routing.py \
+  PYTHONPATH="$GATEWAY_SITE:$SITE" PYTHONUNBUFFERED=1 timeout $(( budget + 60 )) python3 tests/bench/routing.py --budget "$budget" \
     --only affinity --kv-events --engine-urls "$urls" --kv-endpoints "$events" --model prefixgate-gpu \
     --tokenizer "$KIT/model" --max-num-seqs "$slots" --cases "$cases" --name "$name" --out "$OUT/benchmarks.md" \
     --where "one $gpu shared by 4 engines (vLLM $vllm_version, $model_shapes; --enforce-eager; $tokens KV tokens of 16-token blocks and $slots batch slots per engine); engines, gateways and client on one machine: $host_cpu"
@@ -105,6 +107,6 @@ phase() {  # name, first port, KV tokens, batch slots, cases
   stop_engines
 }
 
-phase routing_kv_gpu 8000 "$AMPLE_TOKENS" 256 "$AMPLE_CASES"
-phase routing_kv_gpu_constrained 8010 "$SMALL_TOKENS" 4 "$SMALL_CASES"
+phase routing_kv_gpu 8000 "$AMPLE_TOKENS" 256 "$AMPLE_CASES" 55 100  # 100 s kept for the next engines' start
+phase routing_kv_gpu_constrained 8010 "$SMALL_TOKENS" 4 "$SMALL_CASES" 100 40
 elapsed "done"

@@ -323,7 +323,12 @@ def run_affinity(origins: list[str], tokenizer: str, workdir: Path, args: argpar
     if args.cases:
         cases = {name: case for name, case in cases.items() if name in args.cases.split(";") or name == "single engine"}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in cases}
-    for _ in range(args.repeats):
+    began = time.monotonic()
+    for number in range(args.repeats):
+        spent = time.monotonic() - began
+        if args.budget and number and spent / number > args.budget - spent:  # no time for another whole pass
+            print(f"affinity: {number} passes in {spent:.0f} s; no time for another within --budget", flush=True)
+            break
         for name, (targets, requests, measured) in cases.items():
             processes = []
             try:
@@ -528,7 +533,8 @@ def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
                          f"{row['hit_rate'] / max(single, 1e-9):.2f} | {row['max_over_mean']:.2f} "
                          f"({min(spread):.2f}-{max(spread):.2f}) | {row['requests_max_over_mean']:.2f} | "
                          f"{row['ttft_p50_ms']:.0f} | {row['ttft_p95_ms']:.0f} | {row['errors']} |")
-        lines += ["", f"{meta['repeats']} passes of each case, interleaved. In flight: each engine's running + "
+        passes = len(next(iter(results["affinity"].values()))["runs"])
+        lines += ["", f"{passes} passes of each case, interleaved. In flight: each engine's running + "
                   "waiting requests from its /metrics, sampled every 0.25 s and averaged over the pass; requests: "
                   "each engine's finished requests in the pass.", ""]
         lines += _kv_summary(results["affinity"])
@@ -654,6 +660,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3,
                         help="passes of each case (medians reported)")
+    parser.add_argument("--budget", type=float, default=0,
+                        help="affinity: seconds for all passes; a pass that would not fit is not started (0: none)")
     parser.add_argument("--home-slack", type=int, default=1, help="the prefixgate pool's home_slack (default 1)")
     parser.add_argument("--length-rate", default="5", help="arrivals per second; a comma list sweeps")
     parser.add_argument("--length-seconds", type=float, default=30.0)
