@@ -512,13 +512,16 @@ def _kv_summary(rows: dict[str, Any]) -> list[str]:
 
 def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
     kv = f"{meta['kv_blocks']} KV blocks of 128 tokens" if meta["kv_blocks"] else "1 GiB of KV cache (~1M tokens)"
-    if meta.get("engine_urls"):  # engines started by the caller (a GPU script), which describes them in --where
+    command = f"Command: `{meta['command']}`." if "command" in meta else ""
+    if meta.get("engine_urls"):  # engines started by a GPU script, which describes them in --where
+        command = ("Command: `KIT=.gpu WHEELS=.whl bash tests/bench/gpu_routing.sh`, which starts the engines and "
+                   "runs this phase as `routing.py --engine-urls` (its arguments are in the result file).")
         caption = f"Run of {meta['date']} on {meta['where']}."
     else:
         caption = (f"Run of {meta['date']} on {meta['where']}; tiny model, one compute thread per engine, "
                    f"each engine bound to a core ({meta['cores']} cores shared by engines, prefixgate and the client); "
                    f"engines with {kv} and {meta['max_num_seqs']} batch slots (--max-num-seqs).")
-    lines = [f"Command: `{meta['command']}`." if "command" in meta else "", caption, ""]
+    lines = [command, caption, ""]
     if "affinity" in results:
         lines += [f"**Prefix affinity** ({meta['engines']} engines; {meta['tenants']} tenants x {meta['apps']} apps, "
                   f"{meta['questions']} new questions per app, system prompts of ~{meta['prompt_words']} words, "
@@ -534,9 +537,9 @@ def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
                          f"({min(spread):.2f}-{max(spread):.2f}) | {row['requests_max_over_mean']:.2f} | "
                          f"{row['ttft_p50_ms']:.0f} | {row['ttft_p95_ms']:.0f} | {row['errors']} |")
         passes = len(next(iter(results["affinity"].values()))["runs"])
-        lines += ["", f"{passes} passes of each case, interleaved. In flight: each engine's running + "
-                  "waiting requests from its /metrics, sampled every 0.25 s and averaged over the pass; requests: "
-                  "each engine's finished requests in the pass.", ""]
+        lines += ["", f"{passes} pass{'es' if passes != 1 else ''} of each case, interleaved. In flight: each "
+                  "engine's running + waiting requests from its /metrics, sampled every 0.25 s and averaged over the "
+                  "pass; requests: each engine's finished requests in the pass.", ""]
         lines += _kv_summary(results["affinity"])
     if "length" in results:
         lines += [f"**Length routing** (2 engines; Poisson arrivals for {meta['length_seconds']} s; 80 % short "
