@@ -30,22 +30,12 @@ mkdir -p "$OUT" "$SITE"
 started=$(date +%s)
 elapsed() { echo "[t=$(( $(date +%s) - started ))s] $*"; }
 
-[ -f "$SITE/.done" ] || { tar -C "$SITE" -xJf "$KIT/site.tar.xz" && touch "$SITE/.done"; } || exit 1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$GATEWAY_SITE" \
-  "$WHEELS"/*.whl || exit 1
+source tests/bench/gpu_kit.sh
+unpack_kit || exit 1
 elapsed "unpacked"
+read_caption || exit 1
 PYTHONPATH="$GATEWAY_SITE:$SITE" python3 -c "import proxy.commands.cli, proxy.kv_events.routing, tests.bench.routing" \
   || exit 1
-# The caption is read from the machine, the kit and the model files, never typed.
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-vllm_version=$(PYTHONPATH="$SITE" python3 -c "import importlib.metadata as m; print(m.version('vllm'))") || exit 1
-model_shapes=$(python3 - "$KIT/model/config.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1]))
-print(f"{c.get('architectures', ['model'])[0]} shapes ({c['num_hidden_layers']} layers, hidden size "
-      f"{c['hidden_size']}) with random weights, {c['vocab_size']:,}-token vocabulary")
-PY
-) || exit 1
 token_bytes=$(python3 - "$KIT/model/config.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
@@ -53,8 +43,6 @@ head = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
 print(c["num_hidden_layers"] * c["num_key_value_heads"] * head * 2 * 2)  # K and V of every layer, bf16
 PY
 ) || exit 1
-host_cpu=$(python3 -c "import sys; sys.path.insert(0, '.'); from tests.bench.machine import cpu; print(cpu())") || exit 1
-echo "caption: one $gpu (vLLM $vllm_version, $model_shapes); $host_cpu"
 
 PIDS=()
 start_engines() {  # first port, KV tokens per engine, batch slots
