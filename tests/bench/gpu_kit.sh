@@ -2,7 +2,17 @@
 # unpacks the vLLM kit and installs prefixgate's wheels, then reads the caption's facts from the machine,
 # the kit and the model files, never typed: the GPU, vLLM's version, the model's shapes, and the CPU that
 # engines, gateways and client share.
-# Needs KIT, WHEELS, SITE and GATEWAY_SITE; sets gpu, vllm_version, model_shapes and host_cpu.
+# Needs KIT, WHEELS, OUT, SITE and GATEWAY_SITE; `prepare` sets gpu, vllm_version, model_shapes and host_cpu.
+
+started=$(date +%s)
+elapsed() { echo "[t=$(( $(date +%s) - started ))s] $*"; }
+
+prepare() {
+  mkdir -p "$OUT" "$SITE"
+  unpack_kit || return 1
+  elapsed "unpacked"
+  read_caption
+}
 
 unpack_kit() {
   [ -f "$SITE/.done" ] || { tar -C "$SITE" -xJf "$KIT/site.tar.xz" && touch "$SITE/.done"; } || return 1

@@ -17,14 +17,8 @@ OUT=${OUT:-/tmp/prefix-reuse-gpu}
 SITE=${SITE:-/tmp/vllm-site}
 GATEWAY_SITE=${GATEWAY_SITE:-/tmp/prefixgate-site}
 PORT=${PORT:-8000}
-mkdir -p "$OUT" "$SITE"
-started=$(date +%s)
-elapsed() { echo "[t=$(( $(date +%s) - started ))s] $*"; }
-
 source tests/bench/gpu_kit.sh
-unpack_kit || exit 1
-elapsed "unpacked"
-read_caption || exit 1
+prepare || exit 1
 
 template=$(mktemp --suffix=.jinja)
 python3 -c "import sys; sys.path.insert(0, '.'); from proxy.engine.tiny_model import CHAT_TEMPLATE; sys.stdout.write(CHAT_TEMPLATE)" \

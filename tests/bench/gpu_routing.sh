@@ -26,14 +26,8 @@ SMALL_TOKENS=${SMALL_TOKENS:-26800}   # a quarter of the prompts' tokens, as on 
 DEADLINE=${DEADLINE:-570}  # seconds from the start by which both phases are done (a device command's limit)
 AMPLE_CASES=${AMPLE_CASES:-"round-robin;prefixgate;prefixgate, KV events;prefixgate, KV events, four processes"}
 SMALL_CASES=${SMALL_CASES:-"round-robin;prefixgate;prefixgate, KV events"}
-mkdir -p "$OUT" "$SITE"
-started=$(date +%s)
-elapsed() { echo "[t=$(( $(date +%s) - started ))s] $*"; }
-
 source tests/bench/gpu_kit.sh
-unpack_kit || exit 1
-elapsed "unpacked"
-read_caption || exit 1
+prepare || exit 1
 PYTHONPATH="$GATEWAY_SITE:$SITE" python3 -c "import proxy.commands.cli, proxy.kv_events.routing, tests.bench.routing" \
   || exit 1
 token_bytes=$(python3 - "$KIT/model/config.json" <<'PY'
