@@ -471,12 +471,15 @@ def _median(values: Iterable[float]) -> float:
 
 def _kv_summary(rows: dict[str, Any]) -> list[str]:
     """KV-event routing against today's rule, and four gateway processes against one, per pass."""
-    if "prefixgate, KV events" not in rows or "prefixgate" not in rows:
+    if "prefixgate, KV events" not in rows:
         return []
-    events, ring = rows["prefixgate, KV events"]["runs"], rows["prefixgate"]["runs"]
-    gains = [e["hit_rate"] / max(r["hit_rate"], 1e-9) for e, r in zip(events, ring, strict=True)]
-    lines = [f"- KV events / prefixgate's ring: hit rate **{statistics.median(gains):.2f}x** (passes "
-             f"{min(gains):.2f}-{max(gains):.2f}), load max/mean {rows['prefixgate, KV events']['max_over_mean']:.2f}."]
+    events, lines = rows["prefixgate, KV events"]["runs"], []
+    if "prefixgate" in rows:
+        ring = rows["prefixgate"]["runs"]
+        gains = [e["hit_rate"] / max(r["hit_rate"], 1e-9) for e, r in zip(events, ring, strict=True)]
+        lines.append(f"- KV events / prefixgate's ring: hit rate **{statistics.median(gains):.2f}x** (passes "
+                     f"{min(gains):.2f}-{max(gains):.2f}), load max/mean "
+                     f"{rows['prefixgate, KV events']['max_over_mean']:.2f}.")
     wide = rows.get("prefixgate, KV events, held_bound 3")
     if wide is not None:
         shares = [w["hit_rate"] / max(e["hit_rate"], 1e-9) for w, e in zip(wide["runs"], events, strict=True)]
