@@ -469,26 +469,28 @@ def _median(values: Iterable[float]) -> float:
 
 # ---- report ---------------------------------------------------------------------------------------
 
+def _ratio(runs: list[dict[str, Any]], base: list[dict[str, Any]]) -> str:
+    """One case's hit rate over another's, pass by pass: the median and the passes' range, as the summary writes it."""
+    ratios = [run["hit_rate"] / max(other["hit_rate"], 1e-9) for run, other in zip(runs, base, strict=True)]
+    return f"**{statistics.median(ratios):.2f}x** (passes {min(ratios):.2f}-{max(ratios):.2f})"
+
+
 def _kv_summary(rows: dict[str, Any]) -> list[str]:
     """KV-event routing against today's rule, and four gateway processes against one, per pass."""
     if "prefixgate, KV events" not in rows:
         return []
-    events, lines = rows["prefixgate, KV events"]["runs"], []
+    by_events = rows["prefixgate, KV events"]
+    events, lines = by_events["runs"], []
     if "prefixgate" in rows:
-        ring = rows["prefixgate"]["runs"]
-        gains = [e["hit_rate"] / max(r["hit_rate"], 1e-9) for e, r in zip(events, ring, strict=True)]
-        lines.append(f"- KV events / prefixgate's ring: hit rate **{statistics.median(gains):.2f}x** (passes "
-                     f"{min(gains):.2f}-{max(gains):.2f}), load max/mean "
-                     f"{rows['prefixgate, KV events']['max_over_mean']:.2f}.")
+        lines.append(f"- KV events / prefixgate's ring: hit rate {_ratio(events, rows['prefixgate']['runs'])}, "
+                     f"load max/mean {by_events['max_over_mean']:.2f}.")
     wide = rows.get("prefixgate, KV events, held_bound 3")
     if wide is not None:
-        shares = [w["hit_rate"] / max(e["hit_rate"], 1e-9) for w, e in zip(wide["runs"], events, strict=True)]
         single = rows.get("single engine")
         of_one = f", {wide['hit_rate'] / single['hit_rate']:.2f} of one engine's" if single else ""
-        lines.append(f"- `kv_events.held_bound: 3` / the default 2: hit rate **{statistics.median(shares):.2f}x** "
-                     f"(passes {min(shares):.2f}-{max(shares):.2f}){of_one}; load max/mean {wide['max_over_mean']:.2f} "
-                     f"against {rows['prefixgate, KV events']['max_over_mean']:.2f}, TTFT p95 "
-                     f"{wide['ttft_p95_ms']:,.0f} ms against {rows['prefixgate, KV events']['ttft_p95_ms']:,.0f}.")
+        lines.append(f"- `kv_events.held_bound: 3` / the default 2: hit rate {_ratio(wide['runs'], events)}{of_one}; "
+                     f"load max/mean {wide['max_over_mean']:.2f} against {by_events['max_over_mean']:.2f}, TTFT p95 "
+                     f"{wide['ttft_p95_ms']:,.0f} ms against {by_events['ttft_p95_ms']:,.0f}.")
     fours = {"prefixgate, KV events, four processes": ("prefixgate, KV events", ""),
              "prefixgate, KV events, four processes, shared load": ("prefixgate, KV events",
                                                                      " with `kv_events.shared_load`"),
@@ -497,11 +499,10 @@ def _kv_summary(rows: dict[str, Any]) -> list[str]:
     for four_name, (one_name, setting) in fours.items():
         if four_name not in rows:
             continue
-        four, one = rows[four_name]["runs"], rows.get(one_name, rows["prefixgate, KV events"])["runs"]
-        shares = [f["hit_rate"] / max(e["hit_rate"], 1e-9) for f, e in zip(four, one, strict=True)]
+        four = rows[four_name]["runs"]
         label = "Four gateway processes" + setting
         lines.append(f"- {label} / one, both by KV events: hit rate "
-                     f"**{statistics.median(shares):.2f}x** (passes {min(shares):.2f}-{max(shares):.2f}).")
+                     f"{_ratio(four, rows.get(one_name, by_events)['runs'])}.")
         if all("all_agree" in run for run in four):
             agree = [run["all_agree"] for run in four]
             as_one = [run["as_one_gateway"] for run in four]
@@ -702,8 +703,7 @@ def main() -> None:
     cores = sorted(os.sched_getaffinity(0))
     if args.engine_urls:
         origins = args.engine_urls.split(",")
-        warm = [({**overload_request(random.Random(i))[0], "model": args.model}, "warm", {}) for i in range(16)]
-        uvloop.run(closed_loop(origins, warm, len(origins)))  # one-off costs (first kernels) out of the way
+        warm_up(origins, args.model)
         results = {"affinity": run_affinity(origins, args.tokenizer, workdir, args)}
         publish_run(args, results, cores, len(origins))
         return
@@ -714,8 +714,7 @@ def main() -> None:
     try:
         for engine in engines:
             engine.wait_ready(300)
-        warm = [(overload_request(random.Random(i))[0], "warm", {}) for i in range(4 * count)]
-        uvloop.run(closed_loop([e.origin for e in engines], warm, count))  # one-off costs out of the way
+        warm_up([e.origin for e in engines], MODEL)
         if "affinity" in only:
             results["affinity"] = run_affinity([e.origin for e in engines], engines[0].model_dir, workdir, args)
         if "length" in only:
@@ -726,6 +725,12 @@ def main() -> None:
         for engine in engines:
             engine.stop()
     publish_run(args, results, cores, count)
+
+
+def warm_up(origins: list[str], model: str) -> None:
+    """Four requests per engine before any pass, so one-off costs (first kernels, first batches) fall outside."""
+    warm = [({**overload_request(random.Random(i))[0], "model": model}, "warm", {}) for i in range(4 * len(origins))]
+    uvloop.run(closed_loop(origins, warm, len(origins)))
 
 
 def publish_run(args: argparse.Namespace, results: dict[str, Any], cores: list[int], engines: int) -> None:
