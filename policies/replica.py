@@ -16,10 +16,11 @@ from typing import Literal
 from policies.affinity import HashRing, bounded_choice, capacity
 
 # single: the pool's one replica; held: the replica that holds the longest part of the prompt, by its
-# engine's KV events; placed: a prompt no engine holds, on the replica of its two on the ring whose engine
-# holds fewer blocks (KV events); home: the prefix's own on the ring; warm: another replica that served the
-# prefix lately (less loaded than the home, or the home was over the bound or ejected); spilled: the home was
-# over the bound or ejected and this replica had not served the prefix; least_loaded: no prefix key.
+# engine's KV events; placed: a prompt no engine holds, on the second of its two replicas on the ring, whose
+# engine holds fewer blocks (KV events) or, holding about as many, has fewer requests in flight; home: the
+# prefix's own on the ring; warm: another replica that served the prefix lately (less loaded than the home,
+# or the home was over the bound or ejected); spilled: the home was over the bound or ejected and this
+# replica had not served the prefix; least_loaded: no prefix key.
 ReplicaReason = Literal["single", "held", "placed", "home", "warm", "spilled", "least_loaded"]
 
 
@@ -36,41 +37,52 @@ def least_loaded(in_flight: Sequence[int], healthy: Sequence[bool], start: int) 
 
 def held_choice(ring: HashRing, key: int, held: Sequence[int], in_flight: Sequence[int], healthy: Sequence[bool],
                 bound: float, slack: int = 0, held_bound: float = 1.0) -> int | None:
-    """The healthy replica holding the most of the prompt's leading blocks (``held[i]``; ties to the first
-    on the key's ring walk) while its requests in flight stay within ``held_bound`` x the mean (or the
-    load ``bound`` plus ``slack``, whichever allows more); past it, the next longest holder within the
-    same. None when no replica within reach holds any block: the ring decides then.
+    """The healthy replica holding the most of the prompt's leading blocks (``held[i]``; of replicas holding
+    as many, the one with fewer requests in flight, then the first on the key's ring walk) while its
+    requests in flight stay within ``held_bound`` x the mean (or the load ``bound`` plus ``slack``,
+    whichever allows more); past it, the next longest holder within the same. None when no replica within
+    reach holds any block: the ring decides then.
 
     A holder's allowance is wide because the alternative is a cold prefill: a whole prefill spent to skip
     a wait behind requests that are mostly cached, and on a small pool the instantaneous count swings
     past a tight bound by chance (16 requests on 4 replicas put 6 or more on a given replica a fifth of
-    the time). Deciding by the prefix first and the load only at the allowance's edge also keeps
-    gateway replicas alike: each sees loads of its own (its requests, other senders' as last read), but
-    the same events."""
+    the time). Deciding by the prefix first, and by load only at the allowance's edge and between equal
+    holders, also keeps gateway replicas mostly alike: each sees loads of its own (its requests, other
+    senders' as last read), but the same events.
+
+    Replicas that hold as much cost the prompt the same prefill, so load decides between them at no cost in
+    hits: a prompt that went past its holder's allowance once, and is held twice since, shares its requests
+    between the two rather than sending them all back to the busier one until it is full again."""
     live = [index for index in range(ring.size) if healthy[index]]
     if not live or not any(held):  # held nowhere, as most new prompts are: no ring walk to find no holder
         return None
     allowance = max(capacity(in_flight, live, bound) + slack, capacity(in_flight, live, held_bound))
     holders = [index for index in ring.walk(key) if healthy[index] and held[index] > 0]
-    holders.sort(key=lambda index: -held[index])  # stable: ties keep the walk's order
+    holders.sort(key=lambda index: (-held[index], in_flight[index]))  # stable: ties keep the walk's order
     return next((index for index in holders if in_flight[index] < allowance), None)
 
 
-PLACEMENT_MARGIN = 0.75  # the second replica must hold under this share of the home's blocks to take a prompt
+PLACEMENT_MARGIN = 0.75  # an engine holding under this share of the other's blocks is clearly the emptier
 
 
-def placed_home(ring: HashRing, key: int, footprint: Sequence[int | None], healthy: Sequence[bool]) -> int | None:
-    """For a prompt no engine holds: of the first two healthy replicas on the key's ring walk, the second
-    when its engine holds under ``PLACEMENT_MARGIN`` of the blocks the first's holds (``footprint[i]``,
-    from the KV events), else the first: the ring's home, also when either engine has reported nothing
-    yet (None). None: no healthy replica.
+def placed_home(ring: HashRing, key: int, footprint: Sequence[int | None], in_flight: Sequence[int],
+                healthy: Sequence[bool]) -> int | None:
+    """For a prompt no engine holds: of the first two healthy replicas on the key's ring walk, the one
+    whose engine holds under ``PLACEMENT_MARGIN`` of the blocks the other's holds (``footprint[i]``, from
+    the KV events); between engines that hold about as much, or one that has reported nothing yet (None),
+    the one with fewer requests in flight; between equals the first, the ring's home. None: no healthy
+    replica.
 
     The ring alone places prompts as balls in bins: 48 prompts on 4 replicas often give one replica twice
     another's share, and the load bound then spills that replica's requests cold, each spill a whole
-    prefill elsewhere. Two choices by a shared fact (every gateway sees the same events) even the shares
-    out (Mitzenmacher's power of two choices) and keep the gateways' choices alike, which two choices by
-    each gateway's own load would not. The margin keeps a prompt's place from flipping while its first
-    request is still prefilling (its blocks unreported) as the counts move by a few blocks."""
+    prefill elsewhere. Two choices (Mitzenmacher's power of two choices) even the shares out. The blocks
+    held come first because every gateway sees the same events, so gateways place a prompt alike, which
+    two choices by each gateway's own load would not. The margin keeps a prompt's place from flipping
+    while its first request is still prefilling (its blocks unreported) as the counts move by a few blocks.
+    Load decides where the blocks do not: once caches are full every engine holds about as many, and the
+    ring's home would take every prompt dealt to it, each one evicting another there and each eviction a
+    cold prefill again; both replicas cost the prompt the same cold prefill, so the less busy one takes it
+    at no cost in hits."""
     first: int | None = None
     for index in ring.walk(key):
         if not healthy[index]:
@@ -79,7 +91,12 @@ def placed_home(ring: HashRing, key: int, footprint: Sequence[int | None], healt
             first = index
             continue
         ours, theirs = footprint[first], footprint[index]
-        return index if ours is not None and theirs is not None and theirs < PLACEMENT_MARGIN * ours else first
+        if ours is not None and theirs is not None:
+            if theirs < PLACEMENT_MARGIN * ours:
+                return index
+            if ours < PLACEMENT_MARGIN * theirs:
+                return first
+        return index if in_flight[index] < in_flight[first] else first
     return first
 
 
@@ -89,8 +106,8 @@ def pick_replica(in_flight: Sequence[int], healthy: Sequence[bool], *, key: int 
                  held_bound: float = 1.0) -> tuple[int, ReplicaReason] | None:
     """The replica's index and why: the one holding most of the prompt (``held``, from the engines'
     KV events), else by prefix ``key`` under the load ``bound`` (``warm``: bit i set when replica i
-    served the prefix lately) from its home, which for a prompt held nowhere is the emptier of its
-    two ring replicas (``placed_home`` of the engines' ``footprint``), else the least loaded. None
+    served the prefix lately) from its home, which for a prompt held nowhere is the emptier (else the less
+    loaded) of its two ring replicas (``placed_home`` of the engines' ``footprint``), else the least loaded. None
     when none is healthy."""
     if key is None:
         index = least_loaded(in_flight, healthy, start)
@@ -101,7 +118,7 @@ def pick_replica(in_flight: Sequence[int], healthy: Sequence[bool], *, key: int 
         if index is not None:
             return index, "held"
         if footprint is not None:  # by the engines' reports alone, which every gateway shares
-            home, warm = placed_home(ring, key, footprint, healthy), 0
+            home, warm = placed_home(ring, key, footprint, in_flight, healthy), 0
             if home is None:
                 return None
     index = bounded_choice(ring, key, in_flight, healthy, bound, home_slack, warm, home=home)

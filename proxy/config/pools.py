@@ -82,11 +82,11 @@ class KvEvents(_Frozen):
     """the events' topic (`--kv-events-config`'s `topic`)"""
     max_chars: int = Field(32768, ge=256)
     """how many characters of the rendered prompt are tokenized for the match: the prefix an engine may hold"""
-    held_bound: float = Field(2.0, ge=1.0)
+    held_bound: float = Field(3.0, ge=1.0)
     """the replica whose engine holds the most of a prompt takes it while its requests in flight stay within this
     times the pool's mean (the others stay within `load_bound`): past it, the prompt goes where it is prefilled
-    cold, a whole prefill spent to skip a short wait behind requests that are mostly cached; 3 measured better
-    on prefixgate's CPU benchmark where the caches hold most prompts (docs/tuning.md)"""
+    cold, a whole prefill spent to skip a wait behind requests that are mostly cached; lower it where engines'
+    queues matter more than their caches (docs/tuning.md)"""
     shared_load: bool = False
     """with other senders at the engines (other gateways): count each engine's running + waiting as every gateway
     reads it at the same instants (`engine_metrics.interval`), not this process's own requests plus the others' as

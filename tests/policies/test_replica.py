@@ -64,13 +64,13 @@ def test_the_replica_holding_the_most_of_the_prompt_takes_it_within_the_bound() 
     loads[others[1]] = 4  # over the bound (ceil(1.25 * 7 / 3) = 3): the next longest
     assert _pick_held(held, loads) == (others[0], "held")
     assert _pick_held(held, [0, 0, 0], healthy=[i != others[1] for i in range(3)]) == (others[0], "held")
-    held[others[0]] = 5  # equal prefixes: the first on the walk, whatever the loads each gateway sees
+    held[others[0]] = 5  # equal prefixes, equal loads: the first on the walk
     assert _pick_held(held, [0, 0, 0]) == (others[0], "held")
     loads = [1, 1, 1]
-    loads[others[1]] = 0  # less loaded, but second on the walk; others[0] is within the bound (2)
-    assert _pick_held(held, loads) == (others[0], "held")
-    loads[others[0]] = 2  # at the bound: the other holder
+    loads[others[1]] = 0  # equal prefixes: the less loaded, though second on the walk and others[0] has room
     assert _pick_held(held, loads) == (others[1], "held")
+    loads[others[1]] = 3  # the less loaded holder is the first again
+    assert _pick_held(held, loads) == (others[0], "held")
 
 
 def test_nothing_held_within_the_bound_goes_by_the_ring() -> None:
@@ -120,6 +120,21 @@ def test_a_prompt_held_nowhere_goes_to_the_emptier_of_its_two_ring_replicas() ->
     loads[second] = 9  # the emptier one is over the bound: the walk goes on from it, as from a home
     index, reason = _pick_placed(footprint, loads)  # type: ignore[misc]
     assert index != second and reason in ("home", "spilled")
+
+
+def test_a_prompt_held_nowhere_goes_to_the_less_loaded_of_its_two_ring_replicas_when_their_engines_hold_alike() -> None:
+    home, second, third = RING.walk(KEY)
+    footprint = [160, 160, 160]  # full caches: every engine holds as many blocks
+    loads = [5, 5, 5]
+    assert _pick_placed(footprint, loads) == (home, "home")  # equals: the ring's home
+    loads[home] = 6  # within the load bound (7 allowed)
+    assert _pick_placed(footprint, loads) == (second, "placed")  # the home is busier: the second takes it
+    loads[third] = 3  # not the third, however idle: two choices, not all
+    assert _pick_placed(footprint, loads) == (second, "placed")
+    footprint[second] = None  # an engine that reported nothing yet: load decides too
+    assert _pick_placed(footprint, loads) == (second, "placed")
+    footprint[second], footprint[home] = 160, 100  # the home is clearly emptier: it keeps the prompt, busier or not
+    assert _pick_placed(footprint, loads) == (home, "home")
 
 
 def test_a_prompt_held_nowhere_is_placed_alike_whatever_this_gateways_memory_says() -> None:
