@@ -82,7 +82,9 @@ def placed_home(ring: HashRing, key: int, footprint: Sequence[int | None], in_fl
     Load decides where the blocks do not: once caches are full every engine holds about as many, and the
     ring's home would take every prompt dealt to it, each one evicting another there and each eviction a
     cold prefill again; both replicas cost the prompt the same cold prefill, so the less busy one takes it
-    at no cost in hits."""
+    at no cost in hits. Load can flip a place the blocks would not: the prompt's first request counts on
+    its replica, so a copy sent while that one is still prefilling may go to the other of the two and be
+    prefilled there too, a cost that stays small where prompts prefill fast."""
     first: int | None = None
     for index in ring.walk(key):
         if not healthy[index]:

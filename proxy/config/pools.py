@@ -86,7 +86,8 @@ class KvEvents(_Frozen):
     """the replica whose engine holds the most of a prompt takes it while its requests in flight stay within this
     times the pool's mean (the others stay within `load_bound`): past it, the prompt goes where it is prefilled
     cold, a whole prefill spent to skip a wait behind requests that are mostly cached; lower it where engines'
-    queues matter more than their caches (docs/tuning.md)"""
+    queues matter more than their caches (docs/tuning.md). On a pool of this many replicas or fewer a holder
+    keeps its prompt whatever its load"""
     shared_load: bool = False
     """with other senders at the engines (other gateways): count each engine's running + waiting as every gateway
     reads it at the same instants (`engine_metrics.interval`), not this process's own requests plus the others' as

@@ -115,8 +115,9 @@ class RoutingFamilies:
             ),
             replica_choices=kinds.counter(
                 "prefixgate_replica_choices", "Requests by the replica chosen and why: held (its engine held the "
-                "longest part of the prompt, balance kv_events), placed (a prompt no engine holds, on the one of its "
-                "two ring replicas whose engine holds fewer blocks, balance kv_events), home (the prompt prefix's "
+                "longest part of the prompt, balance kv_events), placed (a prompt no engine holds, on the second of "
+                "its two ring replicas, whose engine holds fewer blocks or, holding about as many, has fewer "
+                "requests in flight; balance kv_events), home (the prompt prefix's "
                 "own replica), warm (another replica that served the prefix lately: less loaded than the home, or "
                 "the home was over the load bound or ejected), spilled (the home was over the bound or ejected and "
                 "this replica had not served the prefix: a cold prefill), least_loaded (no prefix "

@@ -486,7 +486,7 @@ def _kv_summary(rows: dict[str, Any]) -> list[str]:
     narrow = rows.get("prefixgate, KV events, held_bound 2")
     if narrow is not None:
         single = rows.get("single engine")
-        of_one = f", {by_events['hit_rate'] / single['hit_rate']:.2f} of one engine's" if single else ""
+        of_one = f", {by_events['hit_rate'] / single['hit_rate']:.2f}x one engine's" if single else ""
         lines.append(f"- The default `kv_events.held_bound` (3) / 2: hit rate {_ratio(events, narrow['runs'])}"
                      f"{of_one}; "
                      f"load max/mean {by_events['max_over_mean']:.2f} against {narrow['max_over_mean']:.2f}, TTFT p95 "

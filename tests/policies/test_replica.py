@@ -111,7 +111,7 @@ def test_a_prompt_held_nowhere_goes_to_the_emptier_of_its_two_ring_replicas() ->
     footprint[second] = 40  # emptier, but not by a quarter: a few blocks' difference does not move a prompt
     assert _pick_placed(footprint, [0, 0, 0]) == (home, "home")
     footprint[second] = 20
-    footprint[second] = None  # its engine reported nothing yet: its count says nothing, the ring decides
+    footprint[second] = None  # its engine reported nothing yet: its count says nothing; equal loads: the home
     assert _pick_placed(footprint, [0, 0, 0]) == (home, "home")
     footprint[second] = 20
     healthy = [i != second for i in range(3)]  # the two are the first two healthy ones

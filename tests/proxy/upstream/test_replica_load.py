@@ -213,14 +213,15 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def _kv_gateway(tiny_model: str, running: list[int], own_before: list[int], shared_load: bool = True) -> Pool:
     """A gateway process's pool (``balance: kv_events``) over three engines that report ``running``
-    requests, two readings of each taken while this process had ``own_before`` in flight there."""
+    requests, two readings of each taken while this process had ``own_before`` in flight there. Its holders
+    may take twice the mean: three times the mean of three replicas is more than any one can hold."""
     urls = [f"http://127.0.0.1:{9000 + n}/v1" for n in range(3)]
 
     def engine(url: str, body: bytes) -> MockReply:
         count = running[int(url.split(":")[2][:4]) - 9000]
         return MockReply(200, [f'vllm:num_requests_running{{engine="0"}} {count}.0\n'.encode()])
 
-    kv_events = {"tokenizer": tiny_model, "shared_load": shared_load}
+    kv_events = {"tokenizer": tiny_model, "shared_load": shared_load, "held_bound": 2.0}  # reachable on three
     config = make_config({"pools": [pool("p", *urls, balance="kv_events", kv_events=kv_events)]})
     gateway = Pool("p", config.pools[0], MockUpstreams(engine), clock=FakeClock())
     for replica, own in zip(gateway.replicas, own_before, strict=True):
