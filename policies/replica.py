@@ -77,14 +77,13 @@ def placed_home(ring: HashRing, key: int, footprint: Sequence[int | None], in_fl
     another's share, and the load bound then spills that replica's requests cold, each spill a whole
     prefill elsewhere. Two choices (Mitzenmacher's power of two choices) even the shares out. The blocks
     held come first because every gateway sees the same events, so gateways place a prompt alike, which
-    two choices by each gateway's own load would not. The margin keeps a prompt's place from flipping
-    while its first request is still prefilling (its blocks unreported) as the counts move by a few blocks.
-    Load decides where the blocks do not: once caches are full every engine holds about as many, and the
-    ring's home would take every prompt dealt to it, each one evicting another there and each eviction a
-    cold prefill again; both replicas cost the prompt the same cold prefill, so the less busy one takes it
-    at no cost in hits. Load can flip a place the blocks would not: the prompt's first request counts on
-    its replica, so a copy sent while that one is still prefilling may go to the other of the two and be
-    prefilled there too, a cost that stays small where prompts prefill fast."""
+    two choices by each gateway's own load would not; the margin keeps a few blocks' difference from
+    moving a prompt. Load decides where the blocks do not: once caches are full every engine holds about as
+    many, and the ring's home would take every prompt dealt to it, each evicting another there and each
+    eviction a cold prefill again; both replicas cost the prompt the same cold prefill, so the less busy
+    one takes it at no cost in hits. The price: the prompt's first request counts on its replica, so a copy
+    sent while that one is still prefilling (its blocks unreported) may go to the other of the two and be
+    prefilled there too, small where prompts prefill fast."""
     first: int | None = None
     for index in ring.walk(key):
         if not healthy[index]:

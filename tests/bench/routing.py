@@ -488,8 +488,8 @@ def _kv_summary(rows: dict[str, Any]) -> list[str]:
         single = rows.get("single engine")
         of_one = f", {by_events['hit_rate'] / single['hit_rate']:.2f}x one engine's" if single else ""
         lines.append(f"- The default `kv_events.held_bound` (3) / 2: hit rate {_ratio(events, narrow['runs'])}"
-                     f"{of_one}; "
-                     f"load max/mean {by_events['max_over_mean']:.2f} against {narrow['max_over_mean']:.2f}, TTFT p95 "
+                     f"{of_one}; load max/mean {by_events['max_over_mean']:.2f} against "
+                     f"{narrow['max_over_mean']:.2f}, TTFT p95 "
                      f"{by_events['ttft_p95_ms']:,.0f} ms against {narrow['ttft_p95_ms']:,.0f}.")
     fours = {"prefixgate, KV events, four processes": ("prefixgate, KV events", ""),
              "prefixgate, KV events, four processes, shared load": ("prefixgate, KV events",
