@@ -81,6 +81,15 @@ def _of_type(kind: type, expected: str) -> Callable[[str, Any], None]:
     return check
 
 
+def _not_streamed(param: str, value: Any) -> None:
+    """Embeddings come whole: OpenAI's API has no stream of them, and a stream flag let through would
+    make the gateway answer with SSE framing around a vector, or wait for events that never come."""
+    if type(value) is not bool:
+        raise _wrong_type(param, "a boolean", value)
+    if value:
+        raise _Invalid(param, f"Embeddings do not stream: '{param}' must be false or left out.")
+
+
 def _non_empty_string(param: str, value: Any) -> None:
     if not isinstance(value, str) or not value:
         raise _wrong_type(param, "a non-empty string", value)
@@ -228,6 +237,7 @@ _COMPLETION_FIELDS: dict[str, Callable[[str, Any], None]] = {
 
 _EMBEDDING_FIELDS: dict[str, Callable[[str, Any], None]] = {
     "input": _prompt_like,
+    "stream": _not_streamed,
     "encoding_format": _of_type(str, "a string"),
     "dimensions": _int_at_least(1),
     "user": _of_type(str, "a string"),

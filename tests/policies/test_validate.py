@@ -115,8 +115,19 @@ def test_completion_allows_zero_max_tokens_for_scoring() -> None:
         ({"model": "m"}, "input"),
         ({"model": "m", "input": {"a": 1}}, "input"),
         ({"model": "m", "input": "x", "dimensions": 0}, "dimensions"),
+        ({"model": "m", "input": "x", "stream": True}, "stream"),
+        ({"model": "m", "input": "x", "stream": "yes"}, "stream"),
     ],
 )
 def test_embedding_rejections(body: dict[str, Any], param: str) -> None:
     result = validate_request("embeddings", body)
     assert isinstance(result, Rejection) and result.param == param
+
+
+def test_an_embeddings_request_that_asks_for_a_stream_is_told_embeddings_do_not_stream() -> None:
+    refused = validate_request("embeddings", {"model": "m", "input": "x", "stream": True})
+    assert isinstance(refused, Rejection)
+    assert (refused.status, refused.type, refused.param) == (400, "invalid_request_error", "stream")
+    assert "do not stream" in refused.message
+    accepted = validate_request("embeddings", {"model": "m", "input": "x", "stream": False})
+    assert isinstance(accepted, RequestView) and not accepted.stream

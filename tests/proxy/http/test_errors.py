@@ -58,6 +58,8 @@ CASES: list[tuple[str, str, dict[str, Any], int, str | None, str | None]] = [
      400, "messages[0].role", None),
     ("completions prompt type", "/v1/completions",
      {"json": {"model": "fake-model", "prompt": {"x": 1}}, "headers": AUTH}, 400, "prompt", None),
+    ("streamed embeddings", "/v1/embeddings",
+     {"json": {"model": "fake-model", "input": "hi", "stream": True}, "headers": AUTH}, 400, "stream", None),
     ("unknown model", "/v1/chat/completions", {"json": {**CHAT, "model": "gpt-9"}, "headers": AUTH},
      404, "model", "model_not_found"),
     ("body too large", "/v1/chat/completions",
