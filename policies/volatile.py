@@ -4,7 +4,9 @@ vLLM's prefix cache hashes KV blocks in a chain from the first token, so one tim
 top of a prompt makes every later block miss. These detectors find such spans so the prompt
 policy can move them to the tail. They are tuned against false positives: a pattern must look
 like a calendar date or clock reading with valid field ranges, or carry a label (``trace_id=``,
-``Current time:``), before it counts; version numbers, prices, phone numbers and code do not.
+``Current time:``), or follow words that name a moment (``generated at 1795961234567``), before it
+counts; version numbers, prices, phone numbers and code do not. No detector reads the clock: what
+counts never changes with the day a line is scanned, so the line cache stays right.
 """
 
 from __future__ import annotations
@@ -115,6 +117,33 @@ _CLOCK_VALUE = re.compile(
     rf"(?i)^(?:(?:{_WEEKDAYS}|{_MONTHS}|{_CLOCK}|\d{{1,4}}(?:st|nd|rd|th)?|[年月日号]|at|of|the|utc|gmt|z|"
     rf"[+-]\d\d:?\d\d|[a-z]{{2,4}}t|[a-z]+/[a-z_]+)[\s,./:t-]*)+$"
 )
+# An epoch with no key: a bare number of 10 digits (seconds, a fraction allowed), 13 (ms), 16 (us) or 19 (ns)
+# that reads as a moment from September 2001 to May 2033, as the keyed rule reads it. A bare number is as
+# likely an order, invoice or account number, and those can fall in the same years, so the words around it
+# decide: the words just before it name a moment (generated at, last updated, since, as of, timestamp), or
+# those just after say it is Unix time (ms since the epoch, unix time); and no count follows (rows, bytes).
+_BARE_EPOCH = re.compile(r"(?<![\w.+/:#$\u20ac\u00a3-])1\d{9}(?:\.\d{1,9}|(?:\d{3}){1,3})?(?![\w/-]|[.,:]\d)")
+# The participles are those that label a moment in metadata (Last updated 1795961234567); verbs whose
+# object is as often a count or an ID (sent, received, logged, issued) count only with "at" (sent at ...).
+_MOMENT_WORD = (
+    r"at|since|until|till|as\sof|timestamp|time|date|epoch|now|deadline|expiry|expires|expired|expiring|"
+    r"generated|created|updated|modified|changed|published|started|finished|ended|completed|built|deployed|"
+    r"synced|refreshed|seen|stamped"
+)
+_MOMENT_BEFORE = re.compile(
+    rf"(?i)(?<![\w-])(?:{_MOMENT_WORD})(?:[ \t]+(?:on|is|was|of))?[ \t]*(?:[:=][ \t]*)?[\"'(\[]?$"
+)
+_UNIX_TIME_AFTER = re.compile(
+    r"(?i)[\"')\]]?[ \t]*\(?(?:(?:ms|us|ns|s|secs?|seconds|millis(?:econds)?|micro(?:second)?s|nano(?:second)?s)"
+    r"[ \t]+)?(?:since[ \t]+(?:the[ \t]+)?(?:unix[ \t]+)?epoch|(?:unix|posix|epoch)(?:[ \t]+(?:time|ms|millis))?"
+    r"|utc|gmt)\b"
+)
+_COUNT_AFTER = re.compile(
+    r"(?i)[ \t]+(?:times|rows|records|items|entries|bytes|[kmgt]i?b|tokens|users|requests|messages|events|files|"
+    r"documents|words|units|copies|points|attempts|retries|dollars|euros|usd|eur)\b|[ \t]*%"
+)
+_MOMENT_REACH = 32  # how many characters before a number the words that name a moment are sought in
+
 _DIGIT = re.compile(r"\d")
 _HAS_CLOCK_FACT = re.compile(rf"\d|(?i:\b{_WEEKDAYS}\b)")
 
@@ -190,6 +219,17 @@ def _clock_lines(text: str) -> list[Span]:
     return spans
 
 
+def _keyless_epochs(text: str) -> list[Span]:
+    spans = []
+    for match in _BARE_EPOCH.finditer(text):
+        start, end = match.span()
+        if _COUNT_AFTER.match(text, end):
+            continue
+        if _MOMENT_BEFORE.search(text, max(0, start - _MOMENT_REACH), start) or _UNIX_TIME_AFTER.match(text, end):
+            spans.append(Span(start, end, "epoch"))
+    return spans
+
+
 def find_volatile(text: str, extra: Sequence[Detector] = ()) -> list[Span]:
     """Non-overlapping volatile spans in ``text``, in order; the earliest, then longest, match wins."""
     if not text:
@@ -203,6 +243,8 @@ def find_volatile(text: str, extra: Sequence[Detector] = ()) -> list[Span]:
             if gate(text):
                 for detector in detectors:
                     found.extend(Span(m.start(), m.end(), detector.kind) for m in detector.pattern.finditer(text))
+        if _EPOCH_GATE.search(text):
+            found.extend(_keyless_epochs(text))
     for detector in extra:
         for m in detector.pattern.finditer(text):
             start, end = m.span("value") if "value" in detector.pattern.groupindex else m.span()

@@ -49,6 +49,11 @@ POSITIVE = [
     ('"ts": "1795961234.123456", "user": "U1"', 'ts": "1795961234.123456', "epoch"),
     ("ends at epoch=1795961234.", "epoch=1795961234", "epoch"),
     ('{"d": "\\/Date(1795961234567)\\/"}', "\\/Date(1795961234567)\\/", "epoch"),
+    ("Report generated at 1795961234567 by the planner.", "1795961234567", "epoch"),
+    ("Last updated on 1795961234 (nightly sync)", "1795961234", "epoch"),
+    ("cache valid since 1795961234567.", "1795961234567", "epoch"),
+    ("snapshot 1795961234.123 (unix time)", "1795961234.123", "epoch"),
+    ("then 1795961234567 ms since the epoch", "1795961234567", "epoch"),
     ('1.2.3.4 - - [24/Nov/2026:14:03:07 +0100] "GET / HTTP/1.1" 200', "24/Nov/2026:14:03:07 +0100", "datetime"),
     ("Expires=Tue, 24-Nov-2026 14:03:07 GMT; Path=/", "Tue, 24-Nov-2026 14:03:07 GMT", "datetime"),
     ("24-Nov-26 14:03:07 - Admin logged in", "24-Nov-26 14:03:07", "datetime"),
@@ -87,6 +92,9 @@ def test_negative_corpus_has_no_detections() -> None:
     "Time is money.", "Today is a good day to learn.", "request_id: unknown", "ts=12345",
     '{"timeout": 1800000000}', '{"format": 1795961234}', "order 1795961234567 shipped", "ts=17959612345",
     "24-Nov-26", "I1124 14:03", "00:01:02.500 --> 00:01:05.000", "1-800-555-0199", "20261124T1403",
+    "updated 1795961234567 rows", "Ticket created #1795961234", "generated at 17959612345",
+    "generated at 2795961234567", "outdated 1795961234567", "at 1500000000 requests per second",
+    "21795961234567 ms since the epoch", "order #1795961234567 UTC",
 ])
 def test_near_misses_are_not_volatile(text: str) -> None:
     assert find_volatile(text) == []

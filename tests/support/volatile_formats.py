@@ -114,6 +114,11 @@ FORMATS: dict[str, tuple[Callable[[random.Random], str], list[str], bool]] = {
     "Unix epoch ms, with key": (_epoch(1000), ['{{"timestamp": {v}}}', "time={v}"], True),
     "Unix epoch us, with key": (_epoch(10**6), ['{{"ts": {v}}}', "timestamp={v}"], True),
     "Unix epoch s, bare": (_epoch(1), ["event {v} accepted", "got {v} from the queue"], False),
+    "Unix epoch ms, after words that name a moment": (
+        _epoch(1000), ["Report generated at {v} by the planner.", "last updated {v}", "cache valid since {v}.",
+                       "{v} ms since the epoch"], True),
+    "Unix epoch s, after words that name a moment": (
+        _epoch(1), ["generated at {v}", "Created on {v} (unix time)", "expires {v}"], True),
     "UUID v1": (_uuid(1), ["Session {v} opened", '"request": "{v}"'], True),
     "UUID v4": (_uuid(4), ["Session {v} opened", '"request": "{v}"'], True),
     "UUID v7": (_uuid(7), ["Session {v} opened", '"request": "{v}"'], True),
