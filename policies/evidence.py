@@ -2,9 +2,9 @@
 
 Retrieval is where RAG prompts grow to thousands of tokens, and every byte of the evidence block
 sits in front of the question, so two rules drive this module:
-  * smaller: near-duplicate chunks (the same paragraph in two documents, or re-ingested copies)
-    are dropped, adjacent chunks of one document are merged with their overlap removed, and the
-    total is capped by a token budget;
+  * smaller: near-duplicate chunks (the same paragraph in two documents, re-ingested copies, a copy
+    under another title: chunks are compared without their headings) are dropped, adjacent chunks
+    of one document are merged with their overlap removed, and the total is capped by a token budget;
   * stabler: the kept passages are ordered by document and position, never by score, and rendered
     with one fixed template, so two requests that retrieve overlapping sets lay them out the same
     way and share a longer cached prefix.
@@ -24,6 +24,11 @@ HEADER = "[Retrieved context]"
 FOOTER = "[End of retrieved context]"
 _WORD = re.compile(r"\w+")
 _SHINGLE = 3  # words per shingle: long enough that shared stock phrases do not make chunks look alike
+_ATX_HEADING = re.compile(r"[ \t]{0,3}#{1,6}(?:[ \t]|$)")  # "# Title"
+_UNDERLINE = re.compile(r"[ \t]*(?:=+|-+)[ \t]*$")  # the line under a setext heading ("Title" over "=====")
+_PARAGRAPH = re.compile(r"\n[ \t]*\n")
+_TITLE_WORDS = 16  # a leading paragraph of one line this short that ends no sentence is a title
+_PROSE_ENDS = (".", ",", ";", ":")  # a line that ends so is prose; a title may end in "?" or "!"
 _MIN_OVERLAP = 24  # characters two neighbours must share before the shared run is written once
 _MAX_OVERLAP_CHARS = 4_000  # how far back into the left chunk the overlap search looks
 
@@ -68,6 +73,31 @@ def _by_score(chunk: Chunk | Passage) -> tuple[float, str, int, str]:
     return (-chunk.score, chunk.doc_id, first, chunk.text)
 
 
+def _is_title(paragraph: str) -> bool:
+    return ("\n" not in paragraph and not paragraph.endswith(_PROSE_ENDS)
+            and len(_WORD.findall(paragraph)) <= _TITLE_WORDS)
+
+
+def without_headings(text: str) -> str:
+    """What a passage says: ``text`` without its headings, or ``text`` itself when that is all it holds.
+
+    A document's first chunk starts with its title, and a chunk is short once boilerplate is left out,
+    so a copy of an article under another title would differ from it by more than the title's share
+    of words. Headings go wherever a mark says so (a Markdown ``#`` line; a line underlined with ``=``
+    or ``-``, and its underline), and leading paragraphs that read as titles (one short line that ends
+    no sentence, as an HTML page's title and ``h1`` come out of the reader) go at the start.
+    """
+    lines = text.splitlines()
+    underlined = {i - 1 for i in range(1, len(lines)) if _UNDERLINE.match(lines[i]) and lines[i - 1].strip()}
+    kept = [line for i, line in enumerate(lines)
+            if i not in underlined and i - 1 not in underlined and not _ATX_HEADING.match(line)]
+    paragraphs = [part.strip() for part in _PARAGRAPH.split("\n".join(kept)) if part.strip()]
+    while paragraphs and _is_title(paragraphs[0]):
+        paragraphs.pop(0)
+    body = "\n\n".join(paragraphs)
+    return body if _WORD.search(body) else text
+
+
 def shingles(text: str) -> frozenset[str]:
     words = _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
     if len(words) < _SHINGLE:
@@ -84,6 +114,9 @@ def similarity(a: frozenset[str], b: frozenset[str]) -> float:
 def drop_near_duplicates(chunks: Iterable[Chunk], threshold: float) -> list[Chunk]:
     """Keep the best-scored chunk of each group of near-copies; the rest say nothing new.
 
+    Chunks are compared by what they say (``without_headings``): a copy under another title is still
+    a copy, and two passages under one title that say different things are both kept.
+
     Exact Jaccard over all pairs: a search returns tens of hits, not thousands, so no MinHash.
     The same chunk (document and index) returned twice counts as a copy whatever its text.
     """
@@ -92,7 +125,7 @@ def drop_near_duplicates(chunks: Iterable[Chunk], threshold: float) -> list[Chun
     for chunk in sorted(chunks, key=_by_score):
         if (chunk.doc_id, chunk.index) in seen:
             continue
-        words = shingles(chunk.text)
+        words = shingles(without_headings(chunk.text))
         if any(similarity(words, other) >= threshold for _, other in kept):
             continue
         kept.append((chunk, words))

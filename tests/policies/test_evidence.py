@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from itertools import pairwise
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,6 +20,7 @@ from policies.evidence import (
     passages_within_budget,
     render_evidence,
     select_evidence,
+    without_headings,
 )
 
 
@@ -40,6 +42,39 @@ def test_a_near_copy_is_dropped_and_the_better_scored_copy_kept() -> None:
 def test_chunks_on_the_same_topic_but_different_words_are_both_kept() -> None:
     other = "Paris hosted the 1889 Exposition Universelle; Gustave Eiffel's company built its famous iron tower."
     assert len(drop_near_duplicates([Chunk("a", 0, PARIS, 0.9), Chunk("b", 0, other, 0.8)], 0.85)) == 2
+
+
+# An article's first chunk once boilerplate is left out: its title, then a few sentences.
+RESET = ("Open the sign-in page and choose Forgot password. Enter the email address of your account and we "
+         "send a link that stays valid for one hour. The new password needs at least twelve characters and "
+         "cannot repeat any of your last five.")
+
+
+@pytest.mark.parametrize(("title", "other_title"), [
+    ("# How do I reset my password?\n\n", "# Resetting a forgotten password in the web app\n\n"),
+    ("Reset your password\n===================\n", "Password help for every workspace\n----\n"),
+    ("Reset your password | Quillstack Help\n\nReset your password\n\n",  # an HTML page's title and h1
+     "Forgotten password - Acme Support Portal\n\nForgotten password\n\n"),
+], ids=["markdown", "setext", "html"])
+def test_a_copy_under_another_title_is_dropped(title: str, other_title: str) -> None:
+    chunks = [Chunk("copy", 0, other_title + RESET, 0.7), Chunk("article", 0, title + RESET, 0.9)]
+    assert [c.doc_id for c in drop_near_duplicates(chunks, 0.85)] == ["article"]
+
+
+def test_passages_under_one_title_that_say_different_things_are_both_kept() -> None:
+    chunks = [Chunk("a", 0, f"# Paris\n\n{PARIS}", 0.9), Chunk("b", 3, f"# Paris\n\n{ROME}", 0.8)]
+    assert len(drop_near_duplicates(chunks, 0.85)) == 2
+
+
+def test_chunks_that_hold_only_headings_are_compared_whole() -> None:
+    chunks = [Chunk("a", 0, "# Billing and plans", 0.9), Chunk("b", 0, "# Security at Quillstack", 0.8)]
+    assert len(drop_near_duplicates(chunks, 0.85)) == 2
+    assert without_headings("# Billing and plans") == "# Billing and plans"
+
+
+def test_headings_are_left_out_and_what_the_passage_says_stays() -> None:
+    text = "Setup\n\n## Install\nRun the installer.\nThen sign in:\n\nEmail and password\n\n- one\n- two"
+    assert without_headings(text) == "Run the installer.\nThen sign in:\n\nEmail and password\n\n- one\n- two"
 
 
 def test_the_same_chunk_returned_twice_counts_once() -> None:

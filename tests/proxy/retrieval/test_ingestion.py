@@ -1,5 +1,6 @@
 """Ingestion against the embedded store: boilerplate is judged over the tenant's whole collection, and
-every stored document follows the current judgement, whatever order documents came and went in."""
+every stored document follows the current judgement, whatever order documents came and went in; the
+chunks it stores, titles and all, are what evidence selection dedupes."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from policies.boilerplate import DEFAULT_RULE, BoilerplateRule
+from policies.evidence import EvidencePolicy, select_evidence
 from proxy.retrieval.edge_store import EdgeStore
 from proxy.retrieval.ingestion import SHARED_ID, Ingestion
 from proxy.retrieval.reading import document_id
@@ -123,3 +125,26 @@ def test_with_boilerplate_off_every_paragraph_is_indexed(tmp_path: Path) -> None
         assert all(FOOTER in text for text in (await stored_texts(store)).values())
 
     with_store(tmp_path, work)
+
+
+def test_a_page_and_its_copy_under_another_title_give_one_passage(tmp_path: Path) -> None:
+    """Boilerplate left out, a page's chunk is its title and a few sentences: the copy differs by the title."""
+    body = ("Open the sign-in page and choose Forgot password. Enter the email address of your account and we send "
+            "a link that stays valid for one hour. The new password needs at least twelve characters.")
+    pages = {"reset": ("Reset your password", body), "reset-copy": ("Forgotten password", body),
+             "trial": ("Free trial", "The free trial lasts fourteen days and needs no card."),
+             "invoices": ("Invoices", "Invoices are sent on the first day of each month by email.")}
+    root = tmp_path / "site"
+    root.mkdir()
+    for name, (title, text) in pages.items():
+        (root / f"{name}.html").write_text(f"<html><head><title>{title} | Acme Help</title></head><body>"
+                                           f"<p>Acme Help Center: guides and answers.</p><h1>{title}</h1>"
+                                           f"<p>{text}</p><p>{FOOTER}</p></body></html>")
+
+    async def work(store: VectorStore) -> list[str]:
+        await ingestion(store).add([str(root)], progress=False)
+        hits = await store.search("docs", "acme", [1.0], 200)
+        passages = select_evidence(hits, EvidencePolicy(top_n=10), lambda text: len(text.split()))
+        return sorted(Path(p.doc_id).stem for p in passages if p.doc_id != SHARED_ID)
+
+    assert with_store(tmp_path, work) in (["invoices", "reset", "trial"], ["invoices", "reset-copy", "trial"])
