@@ -1,11 +1,14 @@
 """Rewrite a chat request so its prompt prefix is the same from one request to the next.
 
-System text gets one canonical form; tools and response_format schemas get sorted keys; volatile
-spans (clock readings, dates, IDs) in system messages, and in earlier turns when configured, are
-moved to one note at the end of the prompt, where a changing value costs one short tail instead
-of the whole prefill. Nothing is lost unless the policy says strip (for every span, or for one
-kind, such as IDs the model has no use for): each moved span appears in the note, in its original
-order, and an inline span leaves a ``[ref N]`` marker at its place so the model can connect them.
+System text gets one canonical form; volatile spans (clock readings, dates, IDs) in system messages,
+and in earlier turns when configured, are moved to one note at the end of the prompt, where a
+changing value costs one short tail instead of the whole prefill. Nothing is lost unless the policy
+says strip (for every span, or for one kind, such as IDs the model has no use for): each moved span
+appears in the note, in its original order, and an inline span leaves a ``[ref N]`` marker at its
+place so the model can connect them.
+Everything else reaches the engine as the app sent it: tools, schemas and turns are what the chat
+template and guided decoding read, in order, so changing them could change the answer. Sorting the
+tool list is a tenant's choice (``sort_tools``), off by default.
 Pure: a request body in, a new body out; the input is never mutated.
 """
 
@@ -16,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from policies.canonical import canonical_line, canonical_tools, sorted_json
+from policies.canonical import canonical_line, sorted_tools
 from policies.lines import LineScanner, ScannedLine
 from policies.templates import Template, apply_template
 from policies.volatile import Span
@@ -40,7 +43,10 @@ class PromptPolicy:
     actions: Mapping[str, VolatileAction] = field(default_factory=dict, hash=False)
     scope: Literal["system", "history"] = "system"  # history: earlier user/assistant turns too
     note: Literal["last_user", "system_message"] = "last_user"
-    canonical: bool = True
+    canonical: bool = True  # system text in one form: the documented exception to "as the app sent it"
+    # Tools sorted by name with sorted keys (a schema's properties keep their order). Opt-in: it helps
+    # apps that send the same tools in varying orders, and changes the order the model reads them in.
+    sort_tools: bool = False
     templates: tuple[Template, ...] = ()  # canonical preambles for near-identical system prompts
     # Built-in plus tenant-configured detectors, with the per-line result cache.
     scanner: LineScanner = field(default_factory=LineScanner, compare=False)
@@ -209,13 +215,9 @@ def rewrite_chat(body: dict[str, Any], policy: PromptPolicy) -> Rewrite:
         _with_note(new_messages, tail, note, policy.note)
         changed = True
     new_body = {**body, "messages": new_messages} if changed else body
-    if policy.canonical:
-        updates: dict[str, Any] = {}
-        for key in ("tools", "functions"):
-            if isinstance(body.get(key), list) and body[key]:
-                updates[key] = canonical_tools(body[key])
-        if isinstance(body.get("response_format"), dict) and "json_schema" in body["response_format"]:
-            updates["response_format"] = sorted_json(body["response_format"])
+    if policy.sort_tools:
+        updates = {key: sorted_tools(body[key]) for key in ("tools", "functions")
+                   if isinstance(body.get(key), list) and body[key]}
         if updates:
             new_body = {**new_body, **updates}
             changed = True

@@ -44,7 +44,7 @@ def tenant_policies(config: Config, salt_secret: bytes, extra: tuple[str, ...] =
         if scanner is None:
             scanner = scanners[patterns] = LineScanner(custom_detectors(patterns))
         policy = PromptPolicy(volatile=prompt.volatile, actions=prompt.actions, scope=prompt.scope, note=prompt.note,
-                              canonical=prompt.canonical, scanner=scanner,
+                              canonical=prompt.canonical, sort_tools=prompt.sort_tools, scanner=scanner,
                               templates=tuple(compile_template(t.name, t.text) for t in prompt.templates))
         own = config.tenants.get(tenant)
         retrieval = own.retrieval if own is not None and own.retrieval is not None and own.retrieval.enabled else None

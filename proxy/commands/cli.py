@@ -56,7 +56,7 @@ def _start_engine(config: Config) -> tuple[LocalEngine, Config]:
         log_path=Path(config.data_dir) / "engine.log",
         max_model_len=settings.max_model_len,
         kv_cache_gib=settings.kv_cache_gib,
-        extra_args=settings.extra_args,
+        extra_args=settings.vllm_args(),
     )
     log.info("starting the embedded vLLM CPU engine on %s (log: %s)", engine.base_url, engine.log_path)
     engine.start()

@@ -70,8 +70,13 @@ class PromptConfig(_Frozen):
     """where the note goes: appended to the last user message, or `system_message` (a final system message; some chat
     templates refuse a system message that is not first)"""
     canonical: bool = True
-    """canonical system text, tools sorted by name with sorted keys, `response_format` schemas with sorted keys (so a
-    JSON schema's property order, and the order of generated keys, becomes alphabetical)"""
+    """system text in one canonical form (NFC, `\\n` line ends, no trailing blanks, one blank line at most), the one
+    change besides moved volatile spans that a default rewrite makes to what the model reads"""
+    sort_tools: bool = False
+    """opt-in: the tool list sorted by name and each tool's keys sorted, for apps that send the same tools in varying
+    orders. Risk: the model reads its tools in another order (models favour tools listed first) and the template
+    renders each tool's fields in another order, so answers can change. A schema's `properties` always keep their
+    order (guided decoding writes fields in it); `response_format` is never reordered"""
     patterns: list[VolatilePattern] = Field(default_factory=list)
     """your own volatile spans: `[{name: ticket, regex: "TICKET-\\\\d+"}]`; a group named `value` narrows the span;
     matched within one line"""

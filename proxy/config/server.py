@@ -84,8 +84,25 @@ class EngineConfig(_Frozen):
     """`VLLM_CPU_KVCACHE_SPACE`"""
     startup_timeout: float = Field(240.0, gt=0)
     """seconds to wait for the engine's `/health`"""
+    tool_call_parser: str | None = "pythonic"
+    """`--tool-call-parser`, with `--enable-auto-tool-choice`: vLLM refuses `tool_choice` `auto`, `required` or a named
+    function without one. `pythonic` reads calls written as a Python list and needs no special tokens, so it suits
+    the tiny model; name your model's parser with `model_dir`, or `null` for none"""
+    compact_json: bool = True
+    """structured output and forced tool calls written without whitespace between JSON tokens (vLLM's
+    `--structured-outputs-config` `disable_any_whitespace`, xgrammar): the tiny model's random weights otherwise pad
+    JSON with whitespace until `max_tokens` runs out"""
     extra_args: list[str] = Field(default_factory=list)
     """more `vllm serve` flags"""
+
+    def vllm_args(self) -> list[str]:
+        """The `vllm serve` flags these settings add to the engine's own."""
+        args: list[str] = []
+        if self.tool_call_parser:
+            args += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
+        if self.compact_json:
+            args += ["--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}']
+        return [*args, *self.extra_args]
 
 
 class MetricsConfig(_Frozen):

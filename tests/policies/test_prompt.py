@@ -1,9 +1,10 @@
-"""The prompt rewrite: canonical system text and tools, volatile spans moved to one tail note."""
+"""The prompt rewrite: canonical system text, volatile spans moved to one tail note, tools sorted on request."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -102,18 +103,40 @@ def test_content_parts_are_rewritten_text_part_by_text_part() -> None:
     assert messages[1]["content"][-1] == {"type": "text", "text": NOTE_HEADER + "\nToday is Sunday"}
 
 
-def test_canonical_system_text_tools_and_schema() -> None:
-    tools = [{"type": "function", "function": {"parameters": {"b": 1, "a": 2}, "name": "zeta"}},
-             {"function": {"name": "alpha", "description": "d"}, "type": "function"}]
-    schema = {"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {"y": {}, "x": {}}},
-                                                     "name": "s"}}
-    result = rewrite_chat(chat("Cafe\u0301 rules  \r\n\r\n\r\n\r\nBe brief.\t\n", tools=tools, response_format=schema),
-                          PromptPolicy())
+TOOLS = [{"type": "function", "function": {"name": "zeta", "parameters": {
+              "type": "object", "properties": {"reasoning": {"type": "string"}, "answer": {"type": "string"}}}}},
+         {"function": {"name": "alpha", "description": "d"}, "type": "function"}]
+SCHEMA = {"type": "json_schema", "json_schema": {"name": "s", "schema": {
+    "type": "object", "required": ["reasoning", "answer"],
+    "properties": {"reasoning": {"type": "string"}, "answer": {"type": "object", "properties": {"z": {}, "a": {}}}}}}}
+
+
+def test_canonical_system_text_leaves_tools_and_schemas_as_sent() -> None:
+    """Only system text changes: tools and schemas are what the template and guided decoding read in order."""
+    result = rewrite_chat(chat("Cafe\u0301 rules  \r\n\r\n\r\n\r\nBe brief.\t\n", tools=TOOLS,
+                               response_format=SCHEMA, functions=TOOLS), PromptPolicy())
     assert result.body["messages"][0]["content"] == "Caf\u00e9 rules\n\nBe brief."
-    assert [t["function"]["name"] for t in result.body["tools"]] == ["alpha", "zeta"]
-    assert list(result.body["tools"][1]["function"]["parameters"]) == ["a", "b"]
-    assert list(result.body["tools"][1]) == ["function", "type"]
-    assert list(result.body["response_format"]["json_schema"]["schema"]["properties"]) == ["x", "y"]
+    for key, sent in (("tools", TOOLS), ("functions", TOOLS), ("response_format", SCHEMA)):
+        assert orjson.dumps(result.body[key]) == orjson.dumps(sent)  # key order too, at every depth
+    assert rewrite_chat(chat("Be brief.", tools=TOOLS, response_format=SCHEMA), PromptPolicy()).changed is False
+
+
+def test_sort_tools_sorts_the_list_and_keys_but_keeps_each_schemas_property_order() -> None:
+    nested = {"type": "function", "function": {"parameters": {"type": "object", "properties": {
+        "properties": {"type": "object", "properties": {"y": {"type": "string"}, "b": {"type": "string"}}},
+        "answer": {"type": "string", "description": "d"}}}, "name": "mid"}}
+    result = rewrite_chat(chat("Be brief.", tools=[*TOOLS, nested], response_format=SCHEMA),
+                          PromptPolicy(sort_tools=True))
+    tools = result.body["tools"]
+    assert [t["function"]["name"] for t in tools] == ["alpha", "mid", "zeta"]
+    assert list(tools[0]) == ["function", "type"] and list(tools[1]["function"]) == ["name", "parameters"]
+    assert list(tools[2]["function"]["parameters"]["properties"]) == ["reasoning", "answer"]
+    properties = tools[1]["function"]["parameters"]["properties"]
+    assert list(properties) == ["properties", "answer"]  # a property's name is not a keyword
+    assert list(properties["properties"]) == ["properties", "type"]  # its own schema's keys are sorted...
+    assert list(properties["properties"]["properties"]) == ["y", "b"]  # ...and its properties keep their order
+    assert list(properties["answer"]) == ["description", "type"]
+    assert orjson.dumps(result.body["response_format"]) == orjson.dumps(SCHEMA)  # never reordered
 
 
 def test_user_text_is_never_canonicalized() -> None:

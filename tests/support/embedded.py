@@ -50,7 +50,10 @@ def embedded_gateway(data_dir: Path, timeout: float = 420) -> Iterator[Embedded]
     config_path.write_text(yaml.safe_dump({
         "server": {"port": proxy_port},
         "engine": {"port": engine_port, "served_model_name": ENGINE_MODEL,
-                   "extra_args": ["--kv-events-config", json.dumps(kv_events)]},
+                   # greedy unless a request says otherwise, as the libraries under test send no temperature:
+                   # their answers through prefixgate and straight to the engine can then be compared
+                   "extra_args": ["--kv-events-config", json.dumps(kv_events),
+                                  "--override-generation-config", json.dumps({"temperature": 0})]},
         "data_dir": str(data_dir),
     }))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFIXGATE_")}
