@@ -109,7 +109,13 @@ def pick_replica(in_flight: Sequence[int], healthy: Sequence[bool], *, key: int 
     KV events), else by prefix ``key`` under the load ``bound`` (``warm``: bit i set when replica i
     served the prefix lately) from its home, which for a prompt held nowhere is the emptier (else the less
     loaded) of its two ring replicas (``placed_home`` of the engines' ``footprint``), else the least loaded. None
-    when none is healthy."""
+    when none is healthy.
+
+    ``held`` must be this pool's, one count per replica on ``ring``: another pool's (a request that overflowed
+    with its first pool's placement) would index past the end of a bigger pool, or name the wrong replicas of a
+    smaller one, so a list of another length is refused outright."""
+    if held is not None and len(held) != ring.size:
+        raise ValueError(f"held counts {len(held)} replicas, the ring has {ring.size}: place the prompt in this pool")
     if key is None:
         index = least_loaded(in_flight, healthy, start)
         return None if index is None else (index, "least_loaded")

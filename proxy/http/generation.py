@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import partial
 from time import perf_counter
 from typing import Any
 
@@ -132,21 +133,17 @@ class Preparation:
         view, raw = await self.read(headers, receive)
         if self.endpoint == "embeddings":
             pool = self.choose_pool(view, headers)
-            return self.call(pool, view, tenant, Prompt(raw, view.body), None, None)
+            return self.call(pool, view, tenant, Prompt(raw, view.body), None, None, headers)
         prompt = await self.shape_prompt(view, raw, tenant, headers)
         self.admit(prompt, tenant)
         pool = self.choose_pool(view, headers)
-        plan = self.plan(view, prompt, tenant, pool, headers)
-        shaped = shape_body(prompt.raw, prompt.body, prompt.changed, plan)
-        if isinstance(shaped, Rejection):
-            raise Refused(shaped)
+        plan, shaped = self.plan(view, prompt, tenant, pool, headers)
         if self.admitted is not None or plan.announce_pool:
             await self.charge(shaped, tenant, pool, announce=plan.announce_pool)
         answer = self.answer_slot(shaped, tenant) if shaped.answer_cache else None
         if answer is not None and await self.replay(answer, view, send):
             return None
-        prompt.raw = shaped.raw
-        return self.call(pool, view, tenant, prompt, plan, answer)
+        return self.call(pool, view, tenant, prompt, (plan, shaped), answer, headers)
 
     def authenticate(self, headers: RequestHeaders) -> TenantPolicy:
         gateway = self.gateway
@@ -219,12 +216,18 @@ class Preparation:
         return pool
 
     def plan(self, view: RequestView, prompt: Prompt, tenant: TenantPolicy, pool: Pool,
-             headers: RequestHeaders) -> CallPlan:
+             headers: RequestHeaders) -> tuple[CallPlan, ShapedBody]:
+        """The call as ``pool`` takes it (its caps, the cache salt, whether its engines are asked for a
+        stream's usage: ``plan_call``) and the body it gets (``shape_body``); raises its caps' refusal."""
         gateway = self.gateway
-        return plan_call(view, prompt.body, salt=tenant.salt, caps=pool.caps(tenant.admission.caps.action),
+        plan = plan_call(view, prompt.body, salt=tenant.salt, caps=pool.caps(tenant.admission.caps.action),
                          engine_usage=not pool.counts_usage_itself,
                          answers=tenant.answer_ttl is not None and gateway.answers is not None,
                          announce_pool=gateway.upstreams.routes_by_length or headers.pool is not None)
+        shaped = shape_body(prompt.raw, prompt.body, prompt.changed, plan)
+        if isinstance(shaped, Rejection):
+            raise Refused(shaped)
+        return plan, shaped
 
     async def charge(self, shaped: ShapedBody, tenant: TenantPolicy, pool: Pool, *, announce: bool) -> None:
         """The tenant's rate limits, for the body as it will be sent (its max_tokens bounds the
@@ -258,15 +261,34 @@ class Preparation:
         self.record.answered(200)
         return True
 
-    def call(self, pool: Pool, view: RequestView, tenant: TenantPolicy, prompt: Prompt, plan: CallPlan | None,
-             answer: AnswerToStore | None) -> UpstreamCall:
-        salt = plan.salt if plan is not None else None  # as sent: part of the prefix the engine caches
-        key, held = pool.prompt_place(prompt.pieces, prompt.body, view.model, salt)
-        out = Outgoing(self.record.route, prompt.raw, view.stream, view.model, key, self.headers, prompt.fallback,
-                       hide_usage=plan is not None and plan.ask_usage, held=held)
+    def call(self, pool: Pool, view: RequestView, tenant: TenantPolicy, prompt: Prompt,
+             planned: tuple[CallPlan, ShapedBody] | None, answer: AnswerToStore | None,
+             headers: RequestHeaders) -> UpstreamCall:
+        out = self.outgoing(pool, view, prompt, planned)
+        replan = None
+        if planned is not None and pool.overflow is not None:  # embeddings' calls are the same in any pool
+            replan = partial(self.replan, view, tenant, prompt, headers)
         hold = AdmissionHold(self.gateway.admission, self.admitted) if self.admitted is not None else None
         self.admitted = None  # the call settles it from here
-        return UpstreamCall(pool, out, tenant=tenant.name, record=self.record, hold=hold, answer=answer)
+        return UpstreamCall(pool, out, tenant=tenant.name, record=self.record, hold=hold, answer=answer,
+                            replan=replan)
+
+    def replan(self, view: RequestView, tenant: TenantPolicy, prompt: Prompt, headers: RequestHeaders,
+               pool: Pool) -> Outgoing:
+        """The call planned again for the pool a shed request overflows to: the first pool's caps, usage
+        flag and prompt placement are that pool's (a placement indexes its replicas), so none of them
+        carries over. Raises the refusal of the overflow pool's caps."""
+        return self.outgoing(pool, view, prompt, self.plan(view, prompt, tenant, pool, headers))
+
+    def outgoing(self, pool: Pool, view: RequestView, prompt: Prompt,
+                 planned: tuple[CallPlan, ShapedBody] | None) -> Outgoing:
+        """The request as it goes to ``pool``: the body as planned for it, and the prompt's place among
+        its replicas (``prompt_place``: the key on their ring, the blocks each one's engine holds)."""
+        plan, raw = (planned[0], planned[1].raw) if planned is not None else (None, prompt.raw)
+        salt = plan.salt if plan is not None else None  # as sent: part of the prefix the engine caches
+        key, held = pool.prompt_place(prompt.pieces, prompt.body, view.model, salt)
+        return Outgoing(self.record.route, raw, view.stream, view.model, key, self.headers, prompt.fallback,
+                        hide_usage=plan is not None and plan.ask_usage, held=held)
 
     async def give_back(self) -> None:
         """A refused (or cache-answered) request: its admitted tokens go back; it still counts as a request."""

@@ -8,6 +8,7 @@ replica are given back, the request is recorded once, and admission's hold is se
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from contextlib import suppress
 from time import perf_counter
 
@@ -31,12 +32,15 @@ from proxy.upstream.pool import Pool
 class UpstreamCall:
     """An ASGI response that performs the upstream call when it is called."""
 
-    __slots__ = ("answer", "hold", "keepalive", "out", "outcome", "pool", "record", "slot", "taken_at", "tenant")
+    __slots__ = ("answer", "hold", "keepalive", "out", "outcome", "pool", "record", "replan", "slot", "taken_at",
+                 "tenant")
 
     def __init__(self, pool: Pool, out: Outgoing, *, tenant: str, record: RequestRecord,
-                 hold: AdmissionHold | None = None, answer: AnswerToStore | None = None) -> None:
+                 hold: AdmissionHold | None = None, answer: AnswerToStore | None = None,
+                 replan: Callable[[Pool], Outgoing] | None = None) -> None:
         self.pool = pool
         self.out = out
+        self.replan = replan  # the request as the overflow pool takes it, planned for that pool; None: as it is
         self.tenant = tenant  # for the queue's fairness
         self.record = record
         self.hold = hold  # admission's reservation, settled when the answer ends
@@ -114,7 +118,9 @@ class UpstreamCall:
             await exchange.run(send, watch)
 
     async def _enter_or_overflow(self) -> Shed | None:
-        """Enter the pool; if it sheds the request, enter its overflow pool instead (once)."""
+        """Enter the pool; if it sheds the request, enter its overflow pool instead (once), with the call
+        planned for that pool. The shed stands where the overflow pool's caps refuse the request: the pool
+        it was sent to may take it in a moment, and a client retries a 503, not a 400."""
         for attempt in range(2):
             try:
                 await self._enter()
@@ -126,15 +132,21 @@ class UpstreamCall:
                 overflow = self.pool.overflow
                 if attempt or overflow is None or self.committed:
                     return refusal
-                self._overflow(overflow, refusal)
+                try:
+                    out = self.replan(overflow) if self.replan is not None else self.out
+                except Refused:
+                    return refusal
+                self._overflow(overflow, refusal, out)
         raise AssertionError("unreachable: the second attempt returns")
 
-    def _overflow(self, overflow: Pool, shed: Shed) -> None:
-        """Send the request to the pool ``overflow`` instead, and say so in its headers."""
+    def _overflow(self, overflow: Pool, shed: Shed, out: Outgoing) -> None:
+        """Send the request to the pool ``overflow`` instead, as ``out`` (planned for it), and say so in
+        its headers."""
         self.record.metrics.shed(self.pool.name, f"{shed.reason}_overflowed")
         headers = [h for h in self.out.headers if h[0] != x_prefixgate.POOL]
-        self.out.headers = [*headers, (x_prefixgate.POOL, overflow.name.encode()),
-                            (x_prefixgate.OVERFLOW, self.pool.name.encode())]
+        out.headers = [*headers, (x_prefixgate.POOL, overflow.name.encode()),
+                       (x_prefixgate.OVERFLOW, self.pool.name.encode())]
+        self.out = out
         self.pool = overflow
         self.record.pool = overflow.name
         self.record.metrics.pool_chosen(overflow.name, "overflow")

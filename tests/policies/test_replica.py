@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from policies.affinity import HashRing
 from policies.replica import least_loaded, pick_replica
 
@@ -177,3 +179,16 @@ def test_the_longest_holder_keeps_the_prompt_within_its_allowance_whatever_load_
         loads = list(view)
         loads[longest] = 7  # past 1.25 x the mean in every view, within 2 x
         assert pick(loads) == (longest, "held")
+
+
+def test_a_held_list_counts_the_replicas_of_the_pool_that_picks() -> None:
+    """A request that overflows from a pool of two replicas to one of three (or back) must be placed again:
+    the first pool's held list indexes its own replicas. Checked before any index, not discovered as an
+    IndexError deep in the holders' walk, or as a holder of the wrong pool on a smaller ring."""
+    two = HashRing(["http://a/v1", "http://b/v1"])
+    assert pick_replica([0, 0, 0], [True] * 3, key=KEY, ring=RING, bound=1.25, home_slack=0, warm=0, start=0,
+                        held=[0, 0, 4]) == (2, "held")  # the overflow pool's own placement
+    for ring, held in ((RING, [4, 0]), (two, [0, 0, 4])):  # the first pool's, on the other
+        with pytest.raises(ValueError, match=f"held counts {len(held)} replicas, the ring has {ring.size}"):
+            pick_replica([0] * ring.size, [True] * ring.size, key=KEY, ring=ring, bound=1.25, home_slack=0,
+                         warm=0, start=0, held=held)

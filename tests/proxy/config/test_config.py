@@ -151,3 +151,12 @@ pools:
     with pytest.raises(ConfigError) as error:
         load_config(path, env={})
     assert "pools[0]" in str(error.value) and "1 sockets for 2 replicas" in str(error.value)
+
+
+def test_the_embedded_engine_parses_tool_calls_and_writes_compact_json_unless_told_not_to() -> None:
+    engine = load_config(None, env={}).engine
+    assert engine.vllm_args()[:3] == ["--enable-auto-tool-choice", "--tool-call-parser", "pythonic"]
+    assert '"disable_any_whitespace": true' in engine.vllm_args()[4]
+    plain = build_config({"engine": {"tool_call_parser": None, "compact_json": False, "extra_args": ["--seed", "1"]}},
+                         env={}, source="test")
+    assert plain.engine.vllm_args() == ["--seed", "1"]

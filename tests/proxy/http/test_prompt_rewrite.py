@@ -110,3 +110,20 @@ def test_tenant_template_gives_variants_one_prefix(fake: FakeServer, start_proxy
     assert seen[0][0] == seen[1][0] == {"role": "system",
                                         "content": "You are [agent], the support agent of [company].\nBe kind."}
     assert seen[1][1]["content"].endswith("[agent] = Sam\n[company] = Globex")
+
+
+def test_only_a_tenant_that_opts_in_gets_its_tools_sorted(fake: FakeServer, start_proxy: Callable[..., str]) -> None:
+    gateway = start_proxy({
+        "pools": [pool("p", fake.base_url, models=["fake-model"])],
+        "auth": {"keys": [{"tenant": "sorted", "key": "key-sorted-1"}, {"tenant": "plain", "key": "key-plain-1"}]},
+        "tenants": {"sorted": {"prompt": {"sort_tools": True}}},
+    })
+    tools = [{"type": "function", "function": {"name": "zeta", "parameters": {"properties": {"y": {}, "x": {}}}}},
+             {"type": "function", "function": {"name": "alpha"}}]
+    for key, names in (("key-sorted-1", ["alpha", "zeta"]), ("key-plain-1", ["zeta", "alpha"])):
+        answer = httpx.post(gateway + "/v1/chat/completions", json=body(tools=tools),
+                            headers={"Authorization": f"Bearer {key}"})
+        assert answer.status_code == 200
+        seen = fake.app.stats.last_body["tools"]
+        assert [tool["function"]["name"] for tool in seen] == names
+        assert list(seen[names.index("zeta")]["function"]["parameters"]["properties"]) == ["y", "x"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import openai
+import orjson
 import pytest
 
 from proxy.config.load import ConfigError, load_config
@@ -86,6 +87,31 @@ def test_a_pool_with_no_live_replica_overflows(hosted: FakeServer, start_proxy: 
     assert first.status_code == 502  # the refused connection ejects the replica
     second = httpx.post(proxy + "/v1/chat/completions", json=body, timeout=30)
     assert second.status_code == 200 and second.headers["x-prefixgate-overflow"] == "local"
+
+
+# litellm reads pydantic's model_fields and model_computed_fields off an instance when it relays a usage chunk
+@pytest.mark.filterwarnings("ignore:Accessing the 'model_(computed_)?fields' attribute on the instance:DeprecationWarning")
+def test_a_stream_that_overflows_to_a_litellm_pool_is_planned_for_it(hosted: FakeServer,
+                                                                     start_proxy: Callable[..., str]) -> None:
+    """The gateway asks vLLM for a stream's usage and hides the event from a client that did not ask for it;
+    litellm counts usage itself and relays every event it gets. A stream that overflows to a litellm pool
+    is planned for that pool, so the provider is not asked for usage the client did not ask for either."""
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    local = pool("local", dead, models=["fake-model"], overflow_to="hosted", health={"eject_after": 1})
+    proxy = start_proxy({"pools": [local, hosted_pool(hosted)]})
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "x"}], "max_tokens": 3, "stream": True}
+    assert httpx.post(proxy + "/v1/chat/completions", json=body, timeout=30).status_code == 502  # ejected
+    for asked in (False, True):
+        extra = {"stream_options": {"include_usage": True}} if asked else {}
+        with httpx.stream("POST", proxy + "/v1/chat/completions", json={**body, **extra}, timeout=30) as answer:
+            events = [line for line in answer.iter_lines() if line.startswith("data: ")]
+        assert answer.status_code == 200 and answer.headers["x-prefixgate-overflow"] == "local"
+        sent = hosted.app.stats.recent_bodies[-1]
+        assert bool((sent.get("stream_options") or {}).get("include_usage")) is asked
+        chunks = [orjson.loads(event[6:]) for event in events[:-1]]
+        assert events[-1] == "data: [DONE]" and "".join(
+            c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices")).count("tok") == 3
+        assert any(chunk.get("usage") for chunk in chunks) is asked
 
 
 @pytest.mark.parametrize(("pools", "fragment"), [

@@ -1,0 +1,149 @@
+"""Fidelity of a default gateway, field by field: what reaches the engine is what the app sent, but for the
+changes the default rewrite names.
+
+The named changes (and nothing else) are:
+- ``cache_salt``: the tenant's salt, added or put in place of the client's (it only selects cached blocks);
+- ``stream_usage``: ``stream_options.include_usage`` asked of the engine for a stream that did not ask, whose
+  usage chunk the client never sees;
+- ``system_text``: a system or developer message's text in canonical form, or without its volatile spans;
+- ``volatile_note``: the spans moved out of system text, in one note after the last user turn.
+Any other difference fails, named by its field: a reordered key or list anywhere in a tool, a schema or a
+turn counts as one. The real engine's side of the same rule is in tests/integration/test_fidelity_engine.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from policies.prompt import NOTE_HEADER
+from tests.support.clock import FakeClock
+from tests.support.configs import pool
+from tests.support.in_memory import in_memory_gateway
+from tests.support.mock_transport import MockReply, MockUpstreams, chat_completion
+
+Body = dict[str, Any]
+SCHEMA = {"type": "object", "additionalProperties": False, "required": ["reasoning", "answer"],
+          "properties": {"reasoning": {"type": "string", "description": "think first"},
+                         "answer": {"type": "object", "properties": {"zeta": {"type": "integer"}, "alpha": {}}}}}
+TOOLS = [{"type": "function", "function": {"name": "zeta", "strict": True, "parameters": SCHEMA,
+                                           "description": "the second by name, first as sent"}},
+         {"function": {"name": "alpha", "parameters": {"type": "object", "properties": {}}}, "type": "function"}]
+USER = {"role": "user", "content": "Where is my order?"}
+TURNS = [
+    {"role": "developer", "content": "Use the tools."},
+    {"role": "user", "content": [{"type": "text", "text": "Look at this  "},
+                                 {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "zeta", "arguments": '{"reasoning": "r", "answer": {"zeta": 1}}'}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": '{"b": 2, "a": 1}'},
+    {"role": "user", "content": "Thanks.  \r\n"},
+]
+
+CASES: list[tuple[str, str, Body, set[str]]] = [
+    ("chat", "a user turn alone", {"messages": [USER]}, set()),
+    ("chat", "structured output, reasoning first", {"messages": [USER], "response_format": {
+        "type": "json_schema", "json_schema": {"name": "v", "strict": True, "schema": SCHEMA}}}, set()),
+    ("chat", "json_object", {"messages": [USER], "response_format": {"type": "json_object"}}, set()),
+    ("chat", "tools, forced", {"messages": [USER], "tools": TOOLS, "parallel_tool_calls": False,
+                               "tool_choice": {"type": "function", "function": {"name": "zeta"}}}, set()),
+    ("chat", "legacy functions", {"messages": [USER], "functions": [t["function"] for t in TOOLS],
+                                  "function_call": {"name": "zeta"}}, set()),
+    ("chat", "vLLM's guided fields", {"messages": [USER], "guided_json": SCHEMA, "guided_choice": ["b", "a"],
+                                      "guided_regex": "[a-z]+", "structured_outputs": {"json": SCHEMA},
+                                      "guided_decoding_backend": "xgrammar"}, set()),
+    ("chat", "turns: developer, content parts, tool calls and results", {"messages": TURNS, "tools": TOOLS}, set()),
+    ("chat", "sampling and its extras", {"messages": [USER], "seed": 3, "n": 2, "stop": ["b", "a"], "logprobs": True,
+                                         "top_logprobs": 2, "logit_bias": {"9": 1, "1": -1}, "temperature": 0.3,
+                                         "metadata": {"z": "1", "a": "2"}, "user": "u", "reasoning_effort": "low",
+                                         "max_completion_tokens": 9, "chat_template_kwargs": {"b": 1, "a": 2}}, set()),
+    ("chat", "a stream that asks for usage", {"messages": [USER], "stream": True,
+                                              "stream_options": {"include_usage": True}}, set()),
+    ("chat", "a stream that does not", {"messages": [USER], "stream": True}, {"stream_usage"}),
+    ("chat", "the client's own cache salt", {"messages": [USER], "cache_salt": "mine"}, {"cache_salt"}),
+    ("chat", "system text not canonical", {"messages": [{"role": "system", "content": "Be brief.  \r\n\r\n\r\nOk"},
+                                                        USER]}, {"system_text"}),
+    ("chat", "a clock line in system text", {"messages": [
+        {"role": "system", "content": "Be brief.\nCurrent time: 2026-11-26 09:14 UTC"}, USER]},
+        {"system_text", "volatile_note"}),
+    ("completions", "a prompt", {"prompt": "Current time: 2026-11-26 09:14 UTC\nSay hi", "logit_bias": {"2": 1},
+                                 "guided_json": SCHEMA}, set()),
+    ("embeddings", "texts", {"input": ["b", "a"], "encoding_format": "float", "dimensions": 8}, set()),
+]
+PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "embeddings": "/v1/embeddings"}
+
+
+def changes(sent: Body, forwarded: Body) -> set[str]:
+    """The changes ``forwarded`` makes to ``sent``, named; anything unnamed as ``changed <field>``."""
+    named: set[str] = set()
+    if forwarded.get("cache_salt") != sent.get("cache_salt"):
+        named.add("cache_salt")
+    if forwarded.get("stream_options") != sent.get("stream_options"):
+        asked = {**(sent.get("stream_options") or {}), "include_usage": True}
+        named.add("stream_usage" if forwarded.get("stream_options") == asked else "changed stream_options")
+    if "messages" in sent:
+        named |= _message_changes(sent["messages"], forwarded["messages"])
+    for key in {*sent, *forwarded} - {"cache_salt", "stream_options", "messages"}:
+        if key not in sent or key not in forwarded or orjson.dumps(sent[key]) != orjson.dumps(forwarded[key]):
+            named.add(f"changed {key}")
+    return named
+
+
+def _message_changes(sent: list[Body], forwarded: list[Body]) -> set[str]:
+    named: set[str] = set()
+    last_user = max(i for i, message in enumerate(sent) if message["role"] == "user")
+    if len(forwarded) != len(sent):
+        return {"changed messages"}
+    for index, (before, after) in enumerate(zip(sent, forwarded, strict=True)):
+        if orjson.dumps(before) == orjson.dumps(after):
+            continue
+        rest_alike = orjson.dumps({**before, "content": None}) == orjson.dumps({**after, "content": None})
+        if before["role"] in ("system", "developer") and rest_alike:
+            named.add("system_text")
+        elif index == last_user and rest_alike and after["content"].startswith(before["content"] + "\n\n" +
+                                                                              NOTE_HEADER + "\n"):
+            named.add("volatile_note")
+        else:
+            named.add(f"changed messages[{index}]")
+    return named
+
+
+def _answer(url: str, body: bytes) -> MockReply:
+    if url.endswith("/embeddings"):
+        return MockReply.json({"object": "list", "data": [], "model": "m"})
+    if orjson.loads(body).get("stream"):
+        return MockReply(200, [b'data: {"choices": []}\n\n', b"data: [DONE]\n\n"], content_type="text/event-stream")
+    return chat_completion()
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    upstreams = MockUpstreams(_answer)
+    with in_memory_gateway({"pools": [pool("p", "http://engine-1/v1", models=["m"], health={"interval": 0})]},
+                           upstreams, FakeClock(), Path(tmp_path_factory.mktemp("fidelity"))) as client:
+        yield client, upstreams
+
+
+@pytest.mark.parametrize(("endpoint", "case", "body", "named"), CASES, ids=[case[1] for case in CASES])
+def test_a_default_gateway_changes_only_what_its_rewrite_names(gateway: Any, endpoint: str, case: str, body: Body,
+                                                               named: set[str]) -> None:
+    client, upstreams = gateway
+    sent = {"model": "m", **body}
+    answer = client.post(PATHS[endpoint], content=orjson.dumps(sent), headers={"content-type": "application/json"})
+    assert answer.status_code == 200, answer.text
+    forwarded = orjson.loads(upstreams.posts()[-1].body)
+    salted = set() if endpoint == "embeddings" else {"cache_salt"}
+    assert changes(sent, forwarded) == named | salted
+
+
+def test_the_named_changes_are_what_the_rewrite_did(gateway: Any) -> None:
+    """The classifier's named changes hold the right text: canonical system text, the note after the turn."""
+    client, upstreams = gateway
+    client.post(PATHS["chat"], json={"model": "m", "messages": [
+        {"role": "system", "content": "Be brief.  \r\n\r\n\r\nCurrent time: 2026-11-26 09:14 UTC"}, USER]})
+    system, user = orjson.loads(upstreams.posts()[-1].body)["messages"]
+    assert system["content"] == "Be brief."
+    assert user["content"] == f"{USER['content']}\n\n{NOTE_HEADER}\nCurrent time: 2026-11-26 09:14 UTC"

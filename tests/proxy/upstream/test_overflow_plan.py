@@ -1,0 +1,133 @@
+"""Overflow plans the call again for the pool it goes to, in memory: that pool's caps, and the prompt's
+place among that pool's replicas (``balance: kv_events``: the blocks each of its engines holds).
+
+The first pool is saturated by streams left unread (Starlette's TestClient runs the app on only as the test
+reads the body, so each holds its slot), so the next request is shed and overflows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from starlette.testclient import TestClient
+
+from proxy.engine.tiny_model import ensure_tiny_model
+from proxy.upstream.pool import Pool
+from tests.support.clock import FakeClock
+from tests.support.configs import pool
+from tests.support.in_memory import in_memory_gateway
+from tests.support.metrics_text import sample_sum
+from tests.support.mock_transport import MockReply, MockUpstreams, chat_completion
+
+BLOCK = 16
+QUIET = {"health": {"interval": 0}, "engine_metrics": {"interval": 0}}  # no checks or readings of their own
+SYSTEM = " ".join(["You answer questions about orders, refunds and invoices, politely and briefly."] * 6)
+BODY = {"model": "m", "max_tokens": 8,
+        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Where is my order?"}]}
+
+
+def _answer(url: str, body: bytes) -> MockReply:
+    """Whole answers, streams of one content event; ``/kv_event_sources`` names none (the test feeds the index)."""
+    if not body:
+        return MockReply(404)
+    if not orjson.loads(body).get("stream"):
+        return chat_completion()
+    event = {"id": "c", "object": "chat.completion.chunk", "model": "m",
+             "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
+    return MockReply(200, [b"data: " + orjson.dumps(event) + b"\n\n", b"data: [DONE]\n\n"],
+                     content_type="text/event-stream")
+
+
+@contextmanager
+def _saturated(client: TestClient, slots: int) -> Iterator[None]:
+    """The first pool's every slot held by a stream, until the block ends."""
+    with ExitStack() as streams:
+        for _ in range(slots):
+            held = streams.enter_context(client.stream("POST", "/v1/chat/completions", json={**BODY, "stream": True}))
+            assert held.status_code == 200 and "x-prefixgate-overflow" not in held.headers
+        yield  # the streams close unread, which gives their slots back
+
+
+def _pools(client: TestClient) -> dict[str, Pool]:
+    return client.app_state["gateway"].upstreams.by_name
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(ensure_tiny_model(tmp_path_factory.mktemp("tiny")))
+
+
+def _holds(pool: Pool, replica: int, body: dict[str, Any]) -> int:
+    """As if the engine of the pool's replica ``replica`` had reported caching the prompt's blocks (its KV
+    events); returns how many."""
+    kv = pool.kv
+    assert kv is not None
+    tokens = kv.tokens.of_body(body)
+    assert tokens is not None
+    count = len(tokens) // BLOCK
+    kv.index.stored(replica, None, [f"{pool.name}-{replica}-{n}" for n in range(count)], tokens[:count * BLOCK], BLOCK)
+    for feed in kv.feeds:
+        feed.state.block_size, feed.state.last_seq = BLOCK, 0
+    return count
+
+
+@pytest.mark.parametrize(("first", "second"), [(2, 3), (3, 2)], ids=["2 to 3 replicas", "3 to 2 replicas"])
+def test_a_request_that_overflows_goes_to_the_replica_of_the_overflow_pool_that_holds_its_prompt(
+        tmp_path: Path, tiny_model: str, first: int, second: int) -> None:
+    """Each pool holds the prompt on another replica: the last one of the first pool, the first one of the
+    overflow pool. Placed by its first pool's held list, the request would index past the end of a bigger
+    pool (IndexError) or pick that list's holder number on a smaller one."""
+    local = [f"http://local-{n}:8000/v1" for n in range(first)]
+    big = [f"http://big-{n}:8000/v1" for n in range(second)]
+    kv = {"balance": "kv_events", "kv_events": {"tokenizer": tiny_model}, **QUIET}
+    config = {"pools": [pool("local", *local, models=["m"], max_in_flight=1, queue_size=0, overflow_to="big", **kv),
+                        pool("big", *big, models=["big-model"], **kv)],
+              "prompt": {"cache_salt": "off"}}  # blocks as the engines would hash them: no salt to mix in
+    upstreams = MockUpstreams(_answer)
+    with in_memory_gateway(config, upstreams, FakeClock(), tmp_path) as client:
+        pools = _pools(client)
+        assert _holds(pools["local"], first - 1, BODY) > 0 and _holds(pools["big"], 0, BODY) > 0
+        with _saturated(client, first):
+            shed = client.post("/v1/chat/completions", json=BODY)
+        metrics = client.get("/metrics").text
+    assert shed.status_code == 200, shed.text
+    assert shed.headers["x-prefixgate-pool"] == "big" and shed.headers["x-prefixgate-overflow"] == "local"
+    assert upstreams.posts()[-1].url == big[0] + "/chat/completions"
+    assert sample_sum(metrics, "prefixgate_replica_choices_total", pool="big", reason="held") == 1
+
+
+def _capped(tmp_path: Path, action: str) -> tuple[MockUpstreams, Any, Any]:
+    """One request overflowing from a pool without caps to one that allows 4 output tokens; the tenant's
+    action on a request above a limit is ``action``. Returns the upstreams, the answer, and the metrics."""
+    config = {"pools": [pool("local", "http://a:8000/v1", models=["m"], max_in_flight=1, queue_size=0,
+                             overflow_to="big", **QUIET),
+                        pool("big", "http://b:8000/v1", models=["big-model"], max_tokens_limit=4, **QUIET)],
+              "limits": {"max_tokens_action": action}}
+    upstreams = MockUpstreams(_answer)
+    with in_memory_gateway(config, upstreams, FakeClock(), tmp_path) as client:
+        with _saturated(client, 1):
+            shed = client.post("/v1/chat/completions", json=BODY)
+        metrics = client.get("/metrics").text
+    return upstreams, shed, metrics
+
+
+def test_a_request_that_overflows_is_clamped_to_the_overflow_pools_max_tokens(tmp_path: Path) -> None:
+    upstreams, shed, _ = _capped(tmp_path, "clamp")
+    assert shed.status_code == 200 and shed.headers["x-prefixgate-pool"] == "big"
+    sent = upstreams.posts()[-1]
+    assert sent.url.startswith("http://b:8000") and orjson.loads(sent.body)["max_tokens"] == 4
+
+
+def test_a_request_the_overflow_pools_caps_refuse_keeps_the_first_pools_503(tmp_path: Path) -> None:
+    """The overflow pool would refuse max_tokens 8, but the pool the request was sent to takes it once it has
+    room: the client gets the shed's 503 and Retry-After, not a 400 that says its request is wrong."""
+    upstreams, shed, metrics = _capped(tmp_path, "reject")
+    assert shed.status_code == 503 and "retry-after" in shed.headers
+    assert shed.json()["error"]["code"] == "queue_full" and shed.headers["content-type"] == "application/json"
+    assert not [call for call in upstreams.posts() if call.url.startswith("http://b:8000")]
+    assert sample_sum(metrics, "prefixgate_shed_total", pool="local", reason="queue_full") == 1
