@@ -2,19 +2,22 @@
 a replica, else the pool it overflows to, else the ``Shed`` refusal; then the ``Exchange`` with the
 replica or, for a pool of kind litellm, the litellm call. Runs under the disconnect watch, so a
 client that leaves while queued gives up its place at once. Whatever happens, the slot and the
-replica are given back, the request is recorded once, and admission's hold is settled once.
+replica are given back, the request is recorded once, and admission's hold is settled once; and whatever
+refuses or fails on the way (a refusal of any kind, a bug) reaches the client as OpenAI's error JSON while
+nothing went out, else as the stream's last event, an SSE error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from contextlib import suppress
 from time import perf_counter
 
 from starlette.types import Receive, Scope, Send
 
-from policies.refusals import Refused, Shed, ShuttingDown
+from policies.refusals import InternalError, Refusal, Refused, Shed, ShuttingDown
 from proxy.admission.pool_gate import PoolGate
 from proxy.admission.request_admission import AdmissionHold
 from proxy.caches.answers import AnswerToStore
@@ -27,6 +30,8 @@ from proxy.retrieval.fallback import send_passages_answer
 from proxy.upstream.exchange import CLIENT_CLOSED, SSE_HEADERS, Exchange, Outcome, Outgoing
 from proxy.upstream.litellm_pool import LitellmPool
 from proxy.upstream.pool import Pool
+
+log = logging.getLogger("prefixgate")
 
 
 class UpstreamCall:
@@ -105,17 +110,26 @@ class UpstreamCall:
             await send({"type": "http.response.body", "body": event, "more_body": False})
 
     async def _dispatch(self, send: Send, watch: DisconnectWatch) -> None:
-        """A slot and a replica of the pool, else of its overflow pool, else the refusal; then the exchange."""
-        shed = await self._enter_or_overflow()
-        if shed is not None:
-            watch.finished = True
-            await self._refuse(send, shed)
-        elif isinstance(self.pool, LitellmPool):
-            await self._via_litellm(self.pool, send, watch)
-        elif self.outcome.replica is not None:
-            exchange = Exchange(self.pool, self.outcome.replica, self.out, self.outcome, self.record,
-                                self.keepalive, self.answer)
-            await exchange.run(send, watch)
+        """A slot and a replica of the pool, else of its overflow pool; then the exchange. Whatever refuses
+        or fails on the way is answered here, in the form still open to the client (``_refuse``)."""
+        try:
+            refusal = await self._enter_or_overflow()
+            if refusal is None:
+                if isinstance(self.pool, LitellmPool):
+                    await self._via_litellm(self.pool, send, watch)
+                elif self.outcome.replica is not None:
+                    exchange = Exchange(self.pool, self.outcome.replica, self.out, self.outcome, self.record,
+                                        self.keepalive, self.answer)
+                    await exchange.run(send, watch)
+                return
+        except OSError:  # uvicorn's ClientDisconnected: nobody is left to answer
+            raise
+        except Refused as refused:
+            refusal = refused.refusal
+        except Exception:
+            log.exception("unexpected error in the upstream call to pool %s", self.pool.name)
+            refusal = InternalError()
+        await self._refuse(send, watch, refusal)
 
     async def _enter_or_overflow(self) -> Shed | None:
         """Enter the pool; if it sheds the request, enter its overflow pool instead (once), with the call
@@ -187,20 +201,30 @@ class UpstreamCall:
                                                          headers=self.out.headers, head_sent=self.committed)
         watch.finished = True
 
-    async def _refuse(self, send: Send, refusal: Shed) -> None:
-        """No slot, or no replica: the error (the passages answer, where the tenant has one and no
-        replica is healthy)."""
+    async def _refuse(self, send: Send, watch: DisconnectWatch, refusal: Refusal) -> None:
+        """The call refused or failed: OpenAI's error while nothing went out (the passages answer instead,
+        where the tenant has one and no replica is healthy), else the stream's last event, an SSE error."""
         if self.keepalive is not None:
             await self.keepalive.stop()
-        self.record.metrics.shed(self.pool.name, refusal.reason)
+        outcome = self.outcome
+        fresh = outcome.status == CLIENT_CLOSED and not self.committed  # nothing sent yet
+        if not fresh and watch.finished:
+            return  # the answer went out whole before it failed (closing the upstream's reply): nothing to add
+        watch.finished = True
         error = openai_error(refusal)
-        if self.out.fallback is not None and not self.committed and refusal.reason == "no_healthy_upstream":
-            self.outcome.status = 200
+        if isinstance(refusal, Shed):
+            self.record.metrics.shed(self.pool.name, refusal.reason)
+        else:
+            self.record.note(error=error.code or error.type, param=error.param)
+        if fresh and self.out.fallback is not None and isinstance(refusal, Shed) \
+                and refusal.reason == "no_healthy_upstream":
+            outcome.status = 200
             await send_passages_answer(send, model=self.out.model, evidence=self.out.fallback,
                                        stream=self.out.stream, reason="no_healthy_upstream")
-        elif self.committed:
-            self.outcome.status = error.status
-            await send({"type": "http.response.body", "more_body": False, "body": refusal_event(refusal)})
-        else:
-            self.outcome.status = error.status
+        elif fresh:
+            outcome.status = error.status
             await error.send(send)
+        else:
+            if outcome.status == CLIENT_CLOSED:  # only keep-alives went out
+                outcome.status = error.status
+            await send({"type": "http.response.body", "more_body": False, "body": refusal_event(refusal)})
