@@ -97,7 +97,8 @@ class TenantRetrieval(_Frozen):
     rrf_k: int = Field(2, ge=1)
     """hybrid: the rank offset of reciprocal rank fusion (a chunk scores weight / (rrf_k + rank) per ranking)"""
     duplicate_similarity: float = Field(0.85, gt=0, le=1)
-    """word-shingle similarity at or above which a passage counts as a copy of a better one and is dropped"""
+    """word-shingle similarity, of the passages' text without their headings, at or above which a passage counts as a
+    copy of a better one and is dropped"""
     fallback: bool = False
     """when the model times out, is unreachable or has no healthy replica, answer with the passages found (header
     `x-prefixgate-degraded`) instead of a 502/503/504"""
