@@ -90,7 +90,7 @@ def test_a_pool_with_no_live_replica_overflows(hosted: FakeServer, start_proxy: 
 
 
 # litellm reads pydantic's model_fields and model_computed_fields off an instance when it relays a usage chunk
-@pytest.mark.filterwarnings("ignore:Accessing the 'model_(computed_)?fields' attribute on the instance:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:Accessing the 'model_(computed_)?fields' attribute:DeprecationWarning")
 def test_a_stream_that_overflows_to_a_litellm_pool_is_planned_for_it(hosted: FakeServer,
                                                                      start_proxy: Callable[..., str]) -> None:
     """The gateway asks vLLM for a stream's usage and hides the event from a client that did not ask for it;
