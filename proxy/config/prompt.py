@@ -57,7 +57,8 @@ class PromptConfig(_Frozen):
 
     volatile: Literal["relocate", "strip", "keep"] = "relocate"
     """what to do with volatile spans (dates, clock lines, UUIDs, traceparent, labelled trace/request/session IDs,
-    labelled epochs and epochs after words that name a moment): `relocate` to the tail note, `strip` (drop), `keep` (count only)"""
+    labelled epochs and epochs after words that name a moment): `relocate` to the tail note, `strip` (drop), `keep`
+    (count only)"""
     actions: dict[str, Literal["relocate", "strip", "keep"]] = Field(default_factory=dict)
     """an action of its own for one kind of span, over `volatile`: `{id: strip}` drops labelled trace/request IDs (no
     use to the model, yet prefilled on every request when relocated) while dates still move to the note. Kinds:
