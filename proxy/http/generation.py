@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass
 from functools import partial
 from time import perf_counter
-from typing import Any
+from typing import Any, NamedTuple
 
 from starlette.types import Receive, Scope, Send
 
@@ -35,6 +35,7 @@ from proxy.gateway import Gateway
 from proxy.http import headers as x_prefixgate
 from proxy.http.body import ClientGone, decode_json, read_body
 from proxy.http.errors import openai_error
+from proxy.http.headers import RequestHeaders
 from proxy.observability.request_record import RequestRecord
 from proxy.retrieval.context import add_context
 from proxy.upstream.call import UpstreamCall
@@ -43,29 +44,11 @@ from proxy.upstream.pool import Pool
 
 log = logging.getLogger("prefixgate")
 
-@dataclass(slots=True)
-class RequestHeaders:
-    """The request headers the gateway reads, from the raw ASGI header list in one pass."""
+class Planned(NamedTuple):
+    """The call as one pool takes it (``plan_call``), and the body it gets (``shape_body``)."""
 
-    authorization: str | None = None
-    length: bytes | None = None
-    retrieval: bool = True  # not turned off by x-prefixgate-retrieval
-    pool: str | None = None  # the pool x-prefixgate-pool names
-
-    @classmethod
-    def of(cls, scope: Scope) -> RequestHeaders:
-        authorization = length = pool = None
-        retrieval = True
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                authorization = value.decode("latin-1")
-            elif name == b"content-length":
-                length = value
-            elif name == x_prefixgate.RETRIEVAL:
-                retrieval = value.strip().lower() != b"off"
-            elif name == x_prefixgate.POOL:
-                pool = value.decode("latin-1").strip()
-        return cls(authorization, length, retrieval, pool)
+    plan: CallPlan
+    shaped: ShapedBody
 
 
 @dataclass(slots=True)
@@ -137,13 +120,14 @@ class Preparation:
         prompt = await self.shape_prompt(view, raw, tenant, headers)
         self.admit(prompt, tenant)
         pool = self.choose_pool(view, headers)
-        plan, shaped = self.plan(view, prompt, tenant, pool, headers)
+        planned = self.plan(view, prompt, tenant, pool, headers)
+        plan, shaped = planned
         if self.admitted is not None or plan.announce_pool:
             await self.charge(shaped, tenant, pool, announce=plan.announce_pool)
         answer = self.answer_slot(shaped, tenant) if shaped.answer_cache else None
         if answer is not None and await self.replay(answer, view, send):
             return None
-        return self.call(pool, view, tenant, prompt, (plan, shaped), answer, headers)
+        return self.call(pool, view, tenant, prompt, planned, answer, headers)
 
     def authenticate(self, headers: RequestHeaders) -> TenantPolicy:
         gateway = self.gateway
@@ -216,7 +200,7 @@ class Preparation:
         return pool
 
     def plan(self, view: RequestView, prompt: Prompt, tenant: TenantPolicy, pool: Pool,
-             headers: RequestHeaders) -> tuple[CallPlan, ShapedBody]:
+             headers: RequestHeaders) -> Planned:
         """The call as ``pool`` takes it (its caps, the cache salt, whether its engines are asked for a
         stream's usage: ``plan_call``) and the body it gets (``shape_body``); raises its caps' refusal."""
         gateway = self.gateway
@@ -227,7 +211,7 @@ class Preparation:
         shaped = shape_body(prompt.raw, prompt.body, prompt.changed, plan)
         if isinstance(shaped, Rejection):
             raise Refused(shaped)
-        return plan, shaped
+        return Planned(plan, shaped)
 
     async def charge(self, shaped: ShapedBody, tenant: TenantPolicy, pool: Pool, *, announce: bool) -> None:
         """The tenant's rate limits, for the body as it will be sent (its max_tokens bounds the
@@ -261,9 +245,10 @@ class Preparation:
         self.record.answered(200)
         return True
 
-    def call(self, pool: Pool, view: RequestView, tenant: TenantPolicy, prompt: Prompt,
-             planned: tuple[CallPlan, ShapedBody] | None, answer: AnswerToStore | None,
-             headers: RequestHeaders) -> UpstreamCall:
+    def call(self, pool: Pool, view: RequestView, tenant: TenantPolicy, prompt: Prompt, planned: Planned | None,
+             answer: AnswerToStore | None, headers: RequestHeaders) -> UpstreamCall:
+        """Hand the request over to the ``UpstreamCall``, with admission's hold, and, where the pool has
+        one to overflow to, the way to plan it again for that pool (``replan``)."""
         out = self.outgoing(pool, view, prompt, planned)
         replan = None
         if planned is not None and pool.overflow is not None:  # embeddings' calls are the same in any pool
@@ -274,17 +259,19 @@ class Preparation:
                             replan=replan)
 
     def replan(self, view: RequestView, tenant: TenantPolicy, prompt: Prompt, headers: RequestHeaders,
-               pool: Pool) -> Outgoing:
+               pool: Pool) -> tuple[Outgoing, AnswerToStore | None]:
         """The call planned again for the pool a shed request overflows to: the first pool's caps, usage
         flag and prompt placement are that pool's (a placement indexes its replicas), so none of them
-        carries over. Raises the refusal of the overflow pool's caps."""
-        return self.outgoing(pool, view, prompt, self.plan(view, prompt, tenant, pool, headers))
+        carries over; nor does the answer's place in the answer cache, keyed by the body as sent.
+        Raises the refusal of the overflow pool's caps."""
+        planned = self.plan(view, prompt, tenant, pool, headers)
+        answer = self.answer_slot(planned.shaped, tenant) if planned.shaped.answer_cache else None
+        return self.outgoing(pool, view, prompt, planned), answer
 
-    def outgoing(self, pool: Pool, view: RequestView, prompt: Prompt,
-                 planned: tuple[CallPlan, ShapedBody] | None) -> Outgoing:
+    def outgoing(self, pool: Pool, view: RequestView, prompt: Prompt, planned: Planned | None) -> Outgoing:
         """The request as it goes to ``pool``: the body as planned for it, and the prompt's place among
         its replicas (``prompt_place``: the key on their ring, the blocks each one's engine holds)."""
-        plan, raw = (planned[0], planned[1].raw) if planned is not None else (None, prompt.raw)
+        plan, raw = (planned.plan, planned.shaped.raw) if planned is not None else (None, prompt.raw)
         salt = plan.salt if plan is not None else None  # as sent: part of the prefix the engine caches
         key, held = pool.prompt_place(prompt.pieces, prompt.body, view.model, salt)
         return Outgoing(self.record.route, raw, view.stream, view.model, key, self.headers, prompt.fallback,

@@ -16,6 +16,7 @@ from contextlib import suppress
 from time import perf_counter
 
 from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.utils import ClientDisconnected
 
 from policies.refusals import InternalError, Refusal, Refused, Shed, ShuttingDown
 from proxy.admission.pool_gate import PoolGate
@@ -42,10 +43,10 @@ class UpstreamCall:
 
     def __init__(self, pool: Pool, out: Outgoing, *, tenant: str, record: RequestRecord,
                  hold: AdmissionHold | None = None, answer: AnswerToStore | None = None,
-                 replan: Callable[[Pool], Outgoing] | None = None) -> None:
+                 replan: Callable[[Pool], tuple[Outgoing, AnswerToStore | None]] | None = None) -> None:
         self.pool = pool
         self.out = out
-        self.replan = replan  # the request as the overflow pool takes it, planned for that pool; None: as it is
+        self.replan = replan  # the request (and its answer-cache slot) as planned for the overflow pool
         self.tenant = tenant  # for the queue's fairness
         self.record = record
         self.hold = hold  # admission's reservation, settled when the answer ends
@@ -122,7 +123,7 @@ class UpstreamCall:
                                         self.keepalive, self.answer)
                     await exchange.run(send, watch)
                 return
-        except OSError:  # uvicorn's ClientDisconnected: nobody is left to answer
+        except ClientDisconnected:  # nobody is left to answer; any other OSError is a failure to answer for
             raise
         except Refused as refused:
             refusal = refused.refusal
@@ -147,9 +148,10 @@ class UpstreamCall:
                 if attempt or overflow is None or self.committed:
                     return refusal
                 try:
-                    out = self.replan(overflow) if self.replan is not None else self.out
+                    out, answer = self.replan(overflow) if self.replan is not None else (self.out, self.answer)
                 except Refused:
                     return refusal
+                self.answer = answer
                 self._overflow(overflow, refusal, out)
         raise AssertionError("unreachable: the second attempt returns")
 

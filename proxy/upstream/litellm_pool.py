@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 from starlette.types import Send
+from uvicorn.protocols.utils import ClientDisconnected
 
 from policies.refusals import ProviderFailed
 from proxy.clock import SYSTEM_CLOCK, Clock
@@ -125,7 +126,7 @@ async def relay_via_litellm(send: Send, *, pool: str, body: dict[str, Any], stre
                 usage = _usage(chunk.usage)
             event = b"data: " + orjson.dumps(chunk.model_dump(exclude_none=True)) + b"\n\n"
             await send({"type": "http.response.body", "body": event, "more_body": True})
-    except OSError:  # the client left: the call's own handling, not a provider error event
+    except ClientDisconnected:  # the client left: the call's own handling, not a provider error event
         raise
     except Exception as error:
         await send({"type": "http.response.body", "more_body": False,

@@ -16,6 +16,7 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
+from proxy.auth.keys import OPEN_TENANT
 from proxy.engine.tiny_model import ensure_tiny_model
 from proxy.upstream.pool import Pool
 from tests.support.clock import FakeClock
@@ -131,3 +132,24 @@ def test_a_request_the_overflow_pools_caps_refuse_keeps_the_first_pools_503(tmp_
     assert shed.json()["error"]["code"] == "queue_full" and shed.headers["content-type"] == "application/json"
     assert not [call for call in upstreams.posts() if call.url.startswith("http://b:8000")]
     assert sample_sum(metrics, "prefixgate_shed_total", pool="local", reason="queue_full") == 1
+
+
+def test_an_answer_clamped_by_the_overflow_pool_is_not_replayed_for_the_request_as_sent(tmp_path: Path) -> None:
+    """The answer cache keys an answer by the body the engine got: the overflow pool's clamped answer must not
+    come back, cut short, for the same request once the first pool has room to answer it whole."""
+    config = {"pools": [pool("local", "http://a:8000/v1", models=["m"], max_in_flight=1, queue_size=0,
+                             overflow_to="big", **QUIET),
+                        pool("big", "http://b:8000/v1", models=["big-model"], max_tokens_limit=4, **QUIET)],
+              "tenants": {OPEN_TENANT: {"answer_cache": {"ttl_s": 600}}}}
+    exact = {**BODY, "temperature": 0}
+    upstreams = MockUpstreams(_answer)
+    with in_memory_gateway(config, upstreams, FakeClock(), tmp_path) as client:
+        with _saturated(client, 1):
+            clamped = client.post("/v1/chat/completions", json=exact)
+        assert clamped.headers["x-prefixgate-pool"] == "big"
+        again = client.post("/v1/chat/completions", json=exact)
+        repeat = client.post("/v1/chat/completions", json=exact)
+    assert again.headers["x-prefixgate-answer-cache"] == "miss"
+    last = upstreams.posts()[-1]
+    assert last.url.startswith("http://a:8000") and orjson.loads(last.body)["max_tokens"] == 8
+    assert repeat.headers.get("x-prefixgate-answer-cache") == "hit"  # the whole answer, stored under its own key
