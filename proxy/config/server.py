@@ -84,23 +84,26 @@ class EngineConfig(_Frozen):
     """`VLLM_CPU_KVCACHE_SPACE`"""
     startup_timeout: float = Field(240.0, gt=0)
     """seconds to wait for the engine's `/health`"""
-    tool_call_parser: str | None = "pythonic"
+    tool_call_parser: str | None = Field(None, json_schema_extra={"shown_default": "`pythonic` for the tiny model"})
     """`--tool-call-parser`, with `--enable-auto-tool-choice`: vLLM refuses `tool_choice` `auto`, `required` or a named
-    function without one. `pythonic` reads calls written as a Python list and needs no special tokens, so it suits
-    the tiny model; name your model's parser with `model_dir`, or `null` for none"""
-    compact_json: bool = True
+    function without one. The tiny model gets `pythonic` (calls written as a Python list; no special tokens needed);
+    a model of your own (`model_dir`) gets none unless you name its parser here; `none`: none"""
+    compact_json: bool | None = Field(None, json_schema_extra={"shown_default": "on for the tiny model"})
     """structured output and forced tool calls written without whitespace between JSON tokens (vLLM's
     `--structured-outputs-config` `disable_any_whitespace`, xgrammar): the tiny model's random weights otherwise pad
-    JSON with whitespace until `max_tokens` runs out"""
+    JSON with whitespace until `max_tokens` runs out. Off for a model of your own unless set"""
     extra_args: list[str] = Field(default_factory=list)
     """more `vllm serve` flags"""
 
     def vllm_args(self) -> list[str]:
-        """The `vllm serve` flags these settings add to the engine's own."""
+        """The `vllm serve` flags these settings add to the engine's own: the tiny model's defaults only where
+        no `model_dir` names another model, whose parser and JSON style are its own."""
+        tiny = self.model_dir is None
+        parser = self.tool_call_parser if self.tool_call_parser is not None else "pythonic" if tiny else "none"
         args: list[str] = []
-        if self.tool_call_parser:
-            args += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
-        if self.compact_json:
+        if parser != "none":
+            args += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
+        if self.compact_json if self.compact_json is not None else tiny:
             args += ["--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}']
         return [*args, *self.extra_args]
 

@@ -153,10 +153,18 @@ pools:
     assert "pools[0]" in str(error.value) and "1 sockets for 2 replicas" in str(error.value)
 
 
-def test_the_embedded_engine_parses_tool_calls_and_writes_compact_json_unless_told_not_to() -> None:
+def test_the_embedded_tiny_model_parses_tool_calls_and_writes_compact_json_unless_told_not_to() -> None:
     engine = load_config(None, env={}).engine
     assert engine.vllm_args()[:3] == ["--enable-auto-tool-choice", "--tool-call-parser", "pythonic"]
     assert '"disable_any_whitespace": true' in engine.vllm_args()[4]
-    plain = build_config({"engine": {"tool_call_parser": None, "compact_json": False, "extra_args": ["--seed", "1"]}},
+    plain = build_config({"engine": {"tool_call_parser": "none", "compact_json": False, "extra_args": ["--seed", "1"]}},
                          env={}, source="test")
     assert plain.engine.vllm_args() == ["--seed", "1"]
+
+
+def test_a_model_of_ones_own_gets_only_the_parser_named_for_it(tmp_path: Path) -> None:
+    own = build_config({"engine": {"model_dir": str(tmp_path)}}, env={}, source="test").engine
+    assert own.vllm_args() == []
+    named = build_config({"engine": {"model_dir": str(tmp_path), "tool_call_parser": "hermes"}}, env={},
+                         source="test").engine
+    assert named.vllm_args() == ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
