@@ -4,7 +4,8 @@ engine: through prefixgate and straight to vLLM, the same answer.
 - instructor: structured output by a forced tool call (its default mode, ``TOOLS``);
 - LangChain's ``ChatOpenAI.with_structured_output``: structured output by ``response_format`` (its default
   method, ``json_schema``, strict);
-- a Pydantic AI agent with a function tool, over two turns (the second carries the first's messages).
+- a Pydantic AI agent with a function tool, over two turns (the second carries the first's messages); the tiny
+  model never chooses to call the tool, so the tool rides along in each prompt, as the template renders it.
 
 The engine is greedy unless asked otherwise (the ``embedded`` fixture), as none of them sends a temperature.
 Each client's HTTP answers are recorded, so a test can read what the model wrote before the library parsed
@@ -120,5 +121,7 @@ async def test_a_pydantic_ai_agent_with_a_tool_gets_the_engines_answers_over_two
     through, direct = Recorder(), Recorder()
     assert await run(embedded.proxy + "/v1", through) == await run(embedded.engine + "/v1", direct)
     assert through.written() == direct.written() and len(through.answers) == 2
-    first, second = (answer["usage"]["prompt_tokens"] for answer in through.answers)
+    prompt_tokens = [[answer["usage"]["prompt_tokens"] for answer in side.answers] for side in (through, direct)]
+    assert prompt_tokens[0] == prompt_tokens[1]  # the engine read prompts of the same length both ways
+    first, second = prompt_tokens[0]
     assert second > first  # the second turn carried the first
