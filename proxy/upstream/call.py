@@ -15,7 +15,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from time import perf_counter
 
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 from uvicorn.protocols.utils import ClientDisconnected
 
 from policies.refusals import InternalError, Refusal, Refused, Shed, ShuttingDown
@@ -196,10 +196,20 @@ class UpstreamCall:
             self.record.metrics.held_at_choice(pool.name, held[pool.replicas.index(replica)] * (kv.block_size or 0))
 
     async def _via_litellm(self, pool: LitellmPool, send: Send, watch: DisconnectWatch) -> None:
+        """The litellm relay writes the answer itself; what it sends is noted as it goes, so a failure after
+        its status line ends the stream with an SSE error event (``_refuse``), not a second status line."""
         if self.keepalive is not None:
             await self.keepalive.stop()
         outcome = self.outcome
-        outcome.status, outcome.usage = await pool.relay(send, self.out.body, stream=self.out.stream,
+
+        async def noted(message: Message) -> None:
+            await send(message)
+            if message["type"] == "http.response.start":
+                outcome.status = message["status"]
+            elif not message.get("more_body", False):
+                watch.finished = True
+
+        outcome.status, outcome.usage = await pool.relay(noted, self.out.body, stream=self.out.stream,
                                                          headers=self.out.headers, head_sent=self.committed)
         watch.finished = True
 

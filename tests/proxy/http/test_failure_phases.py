@@ -313,9 +313,6 @@ def test_a_stream_that_fails_after_keep_alives_is_counted_with_the_errors_status
     assert answer.status_code == 200 and failed() == before + 1
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "UpstreamCall learns only from relay()'s return that the litellm relay sent its head: a failure raised "
-    "after it is answered with a second http.response.start instead of an SSE error event"))
 def test_a_relay_that_fails_after_its_head_ends_the_stream_with_an_error_event(
         client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
     """The relay raises once its status line and a chunk are out (as a send that fails with an OSError other
