@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from policies.prompt import PromptPolicy  # noqa: E402
 from proxy.commands.analyze import analyze, make_encoder  # noqa: E402
 from tests.bench import machine  # noqa: E402
-from tests.bench.prefix_reuse import agent_system, run_cell, start_engine_on_own_core, ttft  # noqa: E402
+from tests.bench.prefix_reuse import _spread, agent_system, run_cell, start_engine_on_own_core, ttft  # noqa: E402
 from tests.bench.processes import start_gateway, stop_gateway  # noqa: E402
 from tests.bench.report import write_block, write_result  # noqa: E402
 
@@ -84,12 +84,6 @@ def simulated(make: Callable[[int], Body], requests: int, tokenizer: Path, block
     return rates
 
 
-def _spread(values: list[float], fmt: str = ".3f", unit: str = "") -> str:
-    """The median of the rounds, with their range."""
-    low, middle, high = (format(value, fmt) for value in (min(values), statistics.median(values), max(values)))
-    return f"{middle}{unit} ({low}-{high})"
-
-
 def markdown(results: list[Body], meta: Body) -> str:
     lines = [f"Run of {meta['date']} on {meta['where']}; {meta['rounds']} rounds of {meta['requests']} requests per "
              f"cell from a cold cache, one at a time; engine block size {meta['block_size']} tokens; "
@@ -105,7 +99,8 @@ def markdown(results: list[Body], meta: Body) -> str:
         for gateway in ("default", "sort_tools"):
             cell = cells[gateway]
             ratio = _spread(ratios, ".2f", "x") if gateway == "sort_tools" else "-"
-            lines.append(f"| {traffic} | {gateway} | {_spread([run['hit_rate'] for run in cell['runs']])} | {ratio} | "
+            hit_rate = _spread([run["hit_rate"] for run in cell["runs"]], ".3f")
+            lines.append(f"| {traffic} | {gateway} | {hit_rate} | {ratio} | "
                          f"{_spread([run['ttft_mean_ms'] for run in cell['runs']], '.1f')} | "
                          f"{cell['simulated']:.3f} |")
     return "\n".join(lines)
