@@ -124,7 +124,7 @@ class Preparation:
         plan, shaped = planned
         if self.admitted is not None or plan.announce_pool:
             await self.charge(shaped, tenant, pool, announce=plan.announce_pool)
-        answer = self.answer_slot(shaped, tenant) if shaped.answer_cache else None
+        answer = self.answer_slot(shaped, tenant)
         if answer is not None and await self.replay(answer, view, send):
             return None
         return self.call(pool, view, tenant, prompt, planned, answer, headers)
@@ -265,7 +265,7 @@ class Preparation:
         carries over; nor does the answer's place in the answer cache, keyed by the body as sent.
         Raises the refusal of the overflow pool's caps."""
         planned = self.plan(view, prompt, tenant, pool, headers)
-        answer = self.answer_slot(planned.shaped, tenant) if planned.shaped.answer_cache else None
+        answer = self.answer_slot(planned.shaped, tenant)
         return self.outgoing(pool, view, prompt, planned), answer
 
     def outgoing(self, pool: Pool, view: RequestView, prompt: Prompt, planned: Planned | None) -> Outgoing:
