@@ -18,6 +18,8 @@ import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from policies.message_text import text_of, text_part
+
 TokenCounter = Callable[[str], int]
 
 HEADER = "[Retrieved context]"
@@ -209,15 +211,6 @@ def render_evidence(passages: Sequence[Passage]) -> str:
     return "\n\n".join(blocks)
 
 
-def _text_of(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(part["text"] for part in content
-                         if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str))
-    return ""
-
-
 def last_user_index(messages: Sequence[dict]) -> int | None:
     for index in range(len(messages) - 1, -1, -1):
         if messages[index].get("role") == "user":
@@ -228,7 +221,7 @@ def last_user_index(messages: Sequence[dict]) -> int | None:
 def question_of(body: dict) -> str:
     """The text retrieval searches for: the final user message ('' when there is none)."""
     index = last_user_index(body["messages"])
-    return "" if index is None else _text_of(body["messages"][index].get("content")).strip()
+    return "" if index is None else text_of(body["messages"][index].get("content")).strip()
 
 
 def with_evidence(body: dict, evidence: str) -> dict:
@@ -243,7 +236,7 @@ def with_evidence(body: dict, evidence: str) -> dict:
     message = body["messages"][index]
     content = message.get("content")
     if isinstance(content, list):
-        new_content: object = [{"type": "text", "text": evidence + "\n\n"}, *content]
+        new_content: object = [text_part(content, evidence + "\n\n"), *content]
     else:
         new_content = evidence + "\n\n" + (content or "")
     messages = list(body["messages"])

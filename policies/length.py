@@ -54,6 +54,9 @@ class LengthFeatures:
 
 def features_of(body: dict[str, Any], max_tokens: int | None) -> LengthFeatures:
     response_format = body.get("response_format")
+    text = body.get("text")
+    if response_format is None and isinstance(text, dict):  # the Responses API's place for it
+        response_format = text.get("format")
     json_answer = isinstance(response_format, dict) and response_format.get("type") in ("json_object", "json_schema")
     tools = bool(body.get("tools")) and body.get("tool_choice") != "none"
     return LengthFeatures(max_tokens, tools, json_answer)

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from policies.canonical import canonical_line, sorted_tools
 from policies.lines import LineScanner, ScannedLine
+from policies.message_text import is_text_part, text_part
 from policies.templates import Template, apply_template
 from policies.volatile import Span
 
@@ -166,7 +167,7 @@ def _map_text(content: Any, change: Any) -> Any:
     if isinstance(content, list):
         return [
             {**part, "text": change(part["text"])}
-            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+            if is_text_part(part)
             else part
             for part in content
         ]
@@ -183,7 +184,7 @@ def _with_note(messages: list[dict[str, Any]], tail: int | None, note: str, plac
         message = messages[tail]
         content = message.get("content")
         if isinstance(content, list):
-            messages[tail] = {**message, "content": [*content, {"type": "text", "text": note}]}
+            messages[tail] = {**message, "content": [*content, text_part(content, note)]}
         else:
             messages[tail] = {**message, "content": f"{content or ''}\n\n{note}"}
     else:

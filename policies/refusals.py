@@ -84,6 +84,14 @@ class LimiterDown:
 
 
 @dataclass(frozen=True, slots=True)
+class StateUnavailable:
+    """The store of Responses conversations (Redis) is unreachable: a turn that continues one cannot be
+    read, nor a response fetched or deleted."""
+
+    retry_after: float
+
+
+@dataclass(frozen=True, slots=True)
 class Shed:
     """The pool has no room for the request now: it may go to the pool's overflow pool instead."""
 
@@ -134,7 +142,7 @@ class InternalError:
 
 Refusal = (
     Rejection | Unauthorized | AdminOnly | UnknownModel | UnknownPool | UnknownTenant | ModelNotInPool | RateLimited
-    | LimiterDown
+    | LimiterDown | StateUnavailable
     | Shed | UpstreamFailed | ProviderFailed | ShuttingDown | TooManyConnections | RequestTimeout | InternalError
 )
 

@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from policies.types import Rejection
 
-OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens")  # chat's newer name first; vLLM reads both
+# chat's newer name first (vLLM reads both), then the Responses API's
+OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,12 +28,13 @@ class TokenCaps:
 
 
 def requested_output(body: dict[str, Any]) -> tuple[str, int | None]:
-    """(field, value) of the output cap a request names; ("max_tokens", None) when it names none."""
+    """(field, value) of the output cap a request names; (the endpoint's field, None) when it names
+    none: ``max_output_tokens`` for a Responses body (its prompt is ``input``), else ``max_tokens``."""
     for field in OUTPUT_FIELDS:
         value = body.get(field)
         if value is not None:
             return field, value
-    return "max_tokens", None
+    return ("max_output_tokens" if "input" in body else "max_tokens"), None
 
 
 def cap_output(body: dict[str, Any], caps: TokenCaps) -> dict[str, Any] | Rejection:

@@ -13,8 +13,8 @@ remains only for an upstream that ignores include_usage.
 
 from __future__ import annotations
 
-_PROMPT = b'"prompt_tokens":'
-_COMPLETION = b'"completion_tokens":'
+CHAT_USAGE = (b'"prompt_tokens":', b'"completion_tokens":')
+RESPONSES_USAGE = (b'"input_tokens":', b'"output_tokens":')  # the Responses API's names for them
 _EVENT = b"data: {"
 _NO_CHOICES = b'"choices":[]'
 _USAGE = b'"usage":'
@@ -34,9 +34,10 @@ def _int_after(data: bytes, field: bytes) -> int | None:
     return int(data[start:end]) if end > start else None
 
 
-def usage_in(data: bytes) -> tuple[int | None, int | None]:
-    """(prompt_tokens, completion_tokens) of the last usage object in ``data``, where present."""
-    return _int_after(data, _PROMPT), _int_after(data, _COMPLETION)
+def usage_in(data: bytes, fields: tuple[bytes, bytes] = CHAT_USAGE) -> tuple[int | None, int | None]:
+    """(prompt, completion) tokens of the last usage object in ``data``, where present; ``fields``:
+    their names (chat's and completions', or ``RESPONSES_USAGE``)."""
+    return _int_after(data, fields[0]), _int_after(data, fields[1])
 
 
 def stream_events(chunk: bytes) -> int:

@@ -17,6 +17,7 @@ from proxy.config.gateway import Config
 from proxy.config.load import config_from_dump
 from proxy.connections.guard import ConnectionGuard, file_limit
 from proxy.gateway import Gateway
+from proxy.http import responses_routes as stored
 from proxy.http import service_routes as routes
 from proxy.http.errors import http_exception_handler, refused_handler, unexpected_error_handler
 from proxy.http.generation import GenerationRoute
@@ -64,6 +65,7 @@ def create_app(config: Config, *, open_store: StoreOpener | None = None, transpo
         "/v1/chat/completions": GenerationRoute("chat", "/chat/completions"),
         "/v1/completions": GenerationRoute("completions", "/completions"),
         "/v1/embeddings": GenerationRoute("embeddings", "/embeddings"),
+        "/v1/responses": GenerationRoute("responses", "/responses"),
     }
 
     @asynccontextmanager
@@ -78,6 +80,8 @@ def create_app(config: Config, *, open_store: StoreOpener | None = None, transpo
         routes=[
             *(Route(path, route, methods=["POST"]) for path, route in generation.items()),
             Route("/v1/models", routes.models, methods=["GET"]),
+            Route("/v1/responses/{response_id}", stored.get_response, methods=["GET"]),
+            Route("/v1/responses/{response_id}", stored.delete_response, methods=["DELETE"]),
             Route("/health", routes.health, methods=["GET"]),
             Route("/ready", routes.ready, methods=["GET"]),
             Route("/metrics", routes.metrics, methods=["GET"]),

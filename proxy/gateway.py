@@ -16,6 +16,7 @@ from proxy.caches.answers import AnswerStore
 from proxy.caches.tiered import tiered_cache
 from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.gateway import Config
+from proxy.conversations.store import ResponseStore, open_response_store
 from proxy.observability.access_log import AccessLog
 from proxy.observability.metrics import Metrics
 from proxy.observability.prefix_meter import PrefixMeter
@@ -36,6 +37,7 @@ class Gateway:
     tenants: dict[str, TenantPolicy]  # every tenant an API key can name, and the open-mode one
     prefix_meter: PrefixMeter
     admission: Admission
+    responses: ResponseStore  # the Responses API's stored conversations (``open_response_store``)
     retriever: Retriever | None = None  # only when some tenant has retrieval on
     answers: AnswerStore | None = None  # only when some tenant stores answers
     access_log: AccessLog | None = None  # only when the config turns it on
@@ -67,13 +69,15 @@ class Gateway:
             access_log = AccessLog(config.access_log.path, prompts=config.access_log.prompts)
             access_log.start()
         keys = KeyTable(config.resolved_keys, config.resolved_admin_key)
-        return cls(config, keys, metrics, upstreams, tenants, PrefixMeter(metrics), admission, retriever, answers,
-                   access_log, config.server.input_limits())
+        responses = open_response_store(config.responses, config.redis, clock)
+        return cls(config, keys, metrics, upstreams, tenants, PrefixMeter(metrics), admission, responses, retriever,
+                   answers, access_log, config.server.input_limits())
 
     async def aclose(self) -> None:
         await self.metrics.aclose()
         await self.upstreams.aclose()
         await self.admission.aclose()
+        await self.responses.aclose()
         if self.retriever is not None:
             await self.retriever.aclose()
         if self.answers is not None:

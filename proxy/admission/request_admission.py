@@ -95,7 +95,7 @@ class Admission:
                 tenant_name: str) -> Admitted:
         """Count the prompt, cap it and the output, predict the output; raises the ``Rejection`` that refuses it."""
         prompt_tokens = self.counter.count(pieces)
-        refused = check_prompt_tokens(prompt_tokens, tenant.caps, "messages" if "messages" in body else "prompt")
+        refused = check_prompt_tokens(prompt_tokens, tenant.caps, _prompt_field(body))
         if refused is not None:
             raise Refused(refused)
         capped = cap_output(body, tenant.caps)
@@ -114,7 +114,7 @@ class Admission:
         """The output length predicted for ``body`` (as capped) from its template's history: the
         history's key, the request's step, the prediction. Reads the book, changes nothing."""
         features = features_of(body, requested_output(body)[1])
-        chat = "messages" in body
+        chat = _prompt_field(body) != "prompt"  # a Responses conversation is a chat
         key = length_key(pieces, chat, tenant_name, str(body.get("model", "")), features.json_answer)
         return key, step_of(pieces, chat), predict(features, self.book.get(key))
 
@@ -161,6 +161,11 @@ class Admission:
 
     async def aclose(self) -> None:
         await self.limiter.aclose()
+
+
+def _prompt_field(body: dict[str, Any]) -> str:
+    """Where a body's prompt is: chat's ``messages``, the Responses API's ``input``, or ``prompt``."""
+    return "messages" if "messages" in body else "input" if "input" in body else "prompt"
 
 
 @dataclass(frozen=True, slots=True)

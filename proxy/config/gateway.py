@@ -16,6 +16,7 @@ from proxy.config.frozen import Frozen as _Frozen
 from proxy.config.pools import PoolConfig, UpstreamConfig
 from proxy.config.prompt import PromptConfig, span_kinds
 from proxy.config.redis import RedisConfig
+from proxy.config.responses import ResponsesConfig
 from proxy.config.retrieval import AnswerCacheConfig, RetrievalConfig, TenantRetrieval
 from proxy.config.server import AccessLogConfig, EngineConfig, MetricsConfig, ServerConfig
 
@@ -76,7 +77,10 @@ class Config(_Frozen):
     retrieval: RetrievalConfig = RetrievalConfig()
     """where retrieved chunks live and how text is embedded"""
     redis: RedisConfig | None = None
-    """Redis shared by gateway replicas, for rate limits and caches; none: each process on its own"""
+    """Redis shared by gateway replicas, for rate limits, caches and stored responses; none: each process on its
+    own"""
+    responses: ResponsesConfig = ResponsesConfig()
+    """the Responses API's stored conversations (`previous_response_id`)"""
     engine: EngineConfig = EngineConfig()
     """the embedded vLLM engine"""
     metrics: MetricsConfig = MetricsConfig()

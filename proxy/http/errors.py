@@ -28,6 +28,7 @@ from policies.refusals import (
     RequestTimeout,
     Shed,
     ShuttingDown,
+    StateUnavailable,
     TooManyConnections,
     Unauthorized,
     UnknownModel,
@@ -115,6 +116,11 @@ def openai_error(refusal: Refusal) -> OpenAIError:
             wait = str(max(1, math.ceil(retry_after)))
             return OpenAIError(503, "Rate limits cannot be checked right now (their shared store is unreachable); "
                                     f"try again in {wait} s.", type="server_error", code="rate_limiter_unavailable",
+                               headers={"Retry-After": wait})
+        case StateUnavailable(retry_after):
+            wait = str(max(1, math.ceil(retry_after)))
+            return OpenAIError(503, "Stored responses cannot be read right now (their store is unreachable); "
+                                    f"try again in {wait} s.", type="server_error", code="response_store_unavailable",
                                headers={"Retry-After": wait})
         case Shed():
             return _shed(refusal)

@@ -13,10 +13,8 @@ hand over to the ``UpstreamCall``. A step that refuses raises ``Refused``; the r
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from functools import partial
 from time import perf_counter
-from typing import Any, NamedTuple
 
 from starlette.types import Receive, Scope, Send
 
@@ -24,8 +22,8 @@ from policies.answer_cache import answer_key
 from policies.input_limits import check_input_limits
 from policies.prompt import rewrite_chat
 from policies.refusals import InternalError, Refused
-from policies.request_plan import CallPlan, ShapedBody, plan_call, shape_body
-from policies.stable_prefix import Pieces, chat_pieces, completion_pieces
+from policies.request_plan import ShapedBody, plan_call, shape_body
+from policies.stable_prefix import chat_pieces, completion_pieces
 from policies.types import Endpoint, Rejection, RequestView
 from policies.validate import validate_request
 from proxy.admission.request_admission import AdmissionHold, Admitted
@@ -36,6 +34,8 @@ from proxy.http import headers as x_prefixgate
 from proxy.http.body import ClientGone, decode_json, read_body
 from proxy.http.errors import openai_error
 from proxy.http.headers import RequestHeaders
+from proxy.http.prompt import Planned, Prompt
+from proxy.http.responses_steps import check_pool, recall, responses_answer, shape_responses
 from proxy.observability.request_record import RequestRecord
 from proxy.retrieval.context import add_context
 from proxy.upstream.call import UpstreamCall
@@ -44,26 +44,8 @@ from proxy.upstream.pool import Pool
 
 log = logging.getLogger("prefixgate")
 
-class Planned(NamedTuple):
-    """The call as one pool takes it (``plan_call``), and the body it gets (``shape_body``)."""
-
-    plan: CallPlan
-    shaped: ShapedBody
-
-
-@dataclass(slots=True)
-class Prompt:
-    """The request body on its way to the engine, and what the steps learned of it."""
-
-    raw: bytes  # as received, until a step changes the body
-    body: dict[str, Any]
-    changed: bool = False  # a step made a new body: serialize it again
-    pieces: Pieces | None = None  # the prompt as rendered, for the prefix meter, admission and replica choice
-    fallback: str | None = None  # evidence to answer with if the model cannot
-
-
 class GenerationRoute:
-    """POST /v1/{chat/completions,completions,embeddings}: one upstream call per request."""
+    """POST /v1/{chat/completions,completions,embeddings,responses}: one upstream call per request."""
 
     __slots__ = ("endpoint", "upstream_path")
 
@@ -117,9 +99,14 @@ class Preparation:
         if self.endpoint == "embeddings":
             pool = self.choose_pool(view, headers)
             return self.call(pool, view, tenant, Prompt(raw, view.body), None, None, headers)
-        prompt = await self.shape_prompt(view, raw, tenant, headers)
+        prompt = Prompt(raw, view.body)
+        if self.endpoint == "responses":
+            await recall(self.gateway, prompt, tenant)
+        await self.shape_prompt(prompt, tenant, headers)
         self.admit(prompt, tenant)
         pool = self.choose_pool(view, headers)
+        if self.endpoint == "responses":
+            check_pool(pool)
         planned = self.plan(view, prompt, tenant, pool, headers)
         plan, shaped = planned
         if self.admitted is not None or plan.announce_pool:
@@ -152,14 +139,19 @@ class Preparation:
             record.note(model=view.model, stream=view.stream)
         return view, raw
 
-    async def shape_prompt(self, view: RequestView, raw: bytes, tenant: TenantPolicy,
-                           headers: RequestHeaders) -> Prompt:
-        """Chat: the canonical prompt (volatile content moved to the end), then the tenant's passages."""
-        gateway, prompt = self.gateway, Prompt(raw, view.body)
+    async def shape_prompt(self, prompt: Prompt, tenant: TenantPolicy, headers: RequestHeaders) -> None:
+        """Chat: the canonical prompt (volatile content moved to the end), then the tenant's passages;
+        the Responses API the same over this turn's input (``shape_responses``)."""
+        gateway = self.gateway
+        if self.endpoint == "responses":
+            moved = await shape_responses(gateway, prompt, tenant, headers, self.headers, self.record, self.mark)
+            assert prompt.pieces is not None
+            gateway.prefix_meter.observe(tenant.name, prompt.pieces, moved)
+            return
         if self.endpoint != "chat":
             prompt.pieces = completion_pieces(prompt.body)
             gateway.prefix_meter.observe(tenant.name, prompt.pieces, 0)
-            return prompt
+            return
         rewrite = rewrite_chat(prompt.body, tenant.prompt)
         prompt.body, prompt.changed = rewrite.body, rewrite.changed
         self.record.stage("canonicalize", self.mark)
@@ -177,7 +169,6 @@ class Preparation:
                 prompt.fallback = evidence
         prompt.pieces = chat_pieces(prompt.body)
         gateway.prefix_meter.observe(tenant.name, prompt.pieces, rewrite.moved)
-        return prompt
 
     def admit(self, prompt: Prompt, tenant: TenantPolicy) -> None:
         """Input and output caps, the length prediction; the rate limits are charged once the pool's
@@ -203,10 +194,10 @@ class Preparation:
              headers: RequestHeaders) -> Planned:
         """The call as ``pool`` takes it (its caps, the cache salt, whether its engines are asked for a
         stream's usage: ``plan_call``) and the body it gets (``shape_body``); raises its caps' refusal."""
-        gateway = self.gateway
+        gateway, chat_like = self.gateway, self.endpoint != "responses"  # a Responses answer carries its usage
         plan = plan_call(view, prompt.body, salt=tenant.salt, caps=pool.caps(tenant.admission.caps.action),
-                         engine_usage=not pool.counts_usage_itself,
-                         answers=tenant.answer_ttl is not None and gateway.answers is not None,
+                         engine_usage=chat_like and not pool.counts_usage_itself,
+                         answers=chat_like and tenant.answer_ttl is not None and gateway.answers is not None,
                          announce_pool=gateway.upstreams.routes_by_length or headers.pool is not None)
         shaped = shape_body(prompt.raw, prompt.body, prompt.changed, plan)
         if isinstance(shaped, Rejection):
@@ -249,7 +240,7 @@ class Preparation:
              answer: AnswerToStore | None, headers: RequestHeaders) -> UpstreamCall:
         """Hand the request over to the ``UpstreamCall``, with admission's hold, and, where the pool has
         one to overflow to, the way to plan it again for that pool (``replan``)."""
-        out = self.outgoing(pool, view, prompt, planned)
+        out = self.outgoing(pool, view, tenant, prompt, planned)
         replan = None
         if planned is not None and pool.overflow is not None:  # embeddings' calls are the same in any pool
             replan = partial(self.replan, view, tenant, prompt, headers)
@@ -266,16 +257,21 @@ class Preparation:
         Raises the refusal of the overflow pool's caps."""
         planned = self.plan(view, prompt, tenant, pool, headers)
         answer = self.answer_slot(planned.shaped, tenant)
-        return self.outgoing(pool, view, prompt, planned), answer
+        return self.outgoing(pool, view, tenant, prompt, planned), answer
 
-    def outgoing(self, pool: Pool, view: RequestView, prompt: Prompt, planned: Planned | None) -> Outgoing:
+    def outgoing(self, pool: Pool, view: RequestView, tenant: TenantPolicy, prompt: Prompt,
+                 planned: Planned | None) -> Outgoing:
         """The request as it goes to ``pool``: the body as planned for it, and the prompt's place among
         its replicas (``prompt_place``: the key on their ring, the blocks each one's engine holds)."""
         plan, raw = (planned.plan, planned.shaped.raw) if planned is not None else (None, prompt.raw)
         salt = plan.salt if plan is not None else None  # as sent: part of the prefix the engine caches
-        key, held = pool.prompt_place(prompt.pieces, prompt.body, view.model, salt)
+        rendered = prompt.conversation if prompt.conversation is not None else prompt.body
+        key, held = pool.prompt_place(prompt.pieces, rendered, view.model, salt)
+        tap = None
+        if self.endpoint == "responses" and planned is not None:
+            tap = responses_answer(self.gateway, tenant, planned.shaped.body, prompt.previous)
         return Outgoing(self.record.route, raw, view.stream, view.model, key, self.headers, prompt.fallback,
-                        hide_usage=plan is not None and plan.ask_usage, held=held)
+                        hide_usage=plan is not None and plan.ask_usage, held=held, tap=tap)
 
     async def give_back(self) -> None:
         """A refused (or cache-answered) request: its admitted tokens go back; it still counts as a request."""

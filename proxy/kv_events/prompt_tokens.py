@@ -17,13 +17,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from policies.message_text import is_text_part, text_of
+
 DEFAULT_MAX_CHARS = 32_768
 
 
 def _content_text(content: Any) -> Any:
     """vLLM's string form of a message's content: text parts joined by newlines."""
-    if isinstance(content, list) and all(isinstance(part, dict) and part.get("type") == "text" for part in content):
-        return "\n".join(str(part.get("text", "")) for part in content)
+    if isinstance(content, list) and all(is_text_part(part) for part in content):
+        return text_of(content)
     return content
 
 

@@ -28,6 +28,7 @@ from proxy.http.sse_keepalive import KeepAlive
 from proxy.observability.request_record import RequestRecord
 from proxy.retrieval.fallback import send_passages_answer
 from proxy.transports.base import Reply, UpstreamBroken, UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from proxy.upstream.answer_tap import AnswerTap
 from proxy.upstream.pool import Pool
 from proxy.upstream.replica import Replica
 
@@ -54,6 +55,7 @@ class Outgoing:
     fallback: str | None = None  # retrieved evidence to answer with if the model cannot
     hide_usage: bool = False  # the gateway asked for the stream's usage event; the client did not
     held: list[int] | None = None  # per replica, the prompt's leading blocks its engine holds (balance kv_events)
+    tap: AnswerTap | None = None  # reads the answer in place of chat's framing (the Responses API)
 
 
 @dataclass(slots=True)
@@ -202,7 +204,9 @@ class Exchange:
 
     async def _relay_whole(self, send: Send, watch: DisconnectWatch, reply: Reply) -> None:
         body = await reply.read()
-        if reply.status == 200:
+        if reply.status == 200 and self.out.tap is not None:
+            body, self.outcome.usage = await self.out.tap.whole(body)
+        elif reply.status == 200:
             self.outcome.usage = usage_in(body)
             if self.answer is not None:
                 try:
@@ -256,9 +260,12 @@ class Exchange:
         events = 0
         held = b""  # the start of an event not yet whole, while hiding the usage event
         hide_usage = self.out.hide_usage
+        tap = self.out.tap
         while chunk:
             tail = tail[-480:] + chunk[-512:]
             events += stream_events(chunk)
+            if tap is not None:
+                chunk = tap.relay(chunk)
             if kept is not None:
                 kept.append(chunk)
             if hide_usage:
@@ -269,6 +276,14 @@ class Exchange:
         if held:
             await send({"type": "http.response.body", "body": held, "more_body": True})
         self.outcome.streamed = perf_counter() - first_at
+        if tap is not None:
+            self.outcome.usage = tap.stream_usage(events)
+            if not tap.ended:
+                raise UpstreamBroken("stream closed before its last event")
+            await tap.stream_done()
+            watch.finished = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
         prompt, completion = usage_in(tail)  # present when the client asked for include_usage
         self.outcome.usage = (prompt, completion if completion is not None else streamed_completion_tokens(events))
         if _DONE not in tail:

@@ -33,6 +33,7 @@ class LitellmPool(Pool):
 
     has_replicas = False
     counts_usage_itself = True
+    serves_responses = False  # its calls are litellm's chat completions
 
     def __init__(self, name: str, config: PoolConfig, transports: TransportFactory,
                  clock: Clock = SYSTEM_CLOCK) -> None:

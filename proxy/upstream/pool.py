@@ -48,6 +48,7 @@ class Pool:
 
     has_replicas: ClassVar[bool] = True  # requests take a slot and a replica; False: answered another way
     counts_usage_itself: ClassVar[bool] = False  # False: vLLM streams carry usage only when asked for it
+    serves_responses: ClassVar[bool] = True  # vLLM serves /v1/responses
 
     def __init__(self, name: str, config: UpstreamConfig, transports: TransportFactory,
                  clock: Clock = SYSTEM_CLOCK) -> None:

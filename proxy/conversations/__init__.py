@@ -1,0 +1,1 @@
+"""The Responses API's conversation state: stored responses, scoped to their tenant."""

@@ -1,0 +1,100 @@
+"""What the gateway reads of a Responses answer as it relays it: its usage, whether its stream ended,
+and the response to keep for the turns that continue it.
+
+The relay passes the engine's bytes through (``Exchange``); ``ResponsesAnswer`` watches them. A
+stream ends with ``response.completed`` (or ``.incomplete``, ``.failed``), never with chat's
+``[DONE]``; that last event carries the whole response, so only it is kept and parsed, once. The
+response is stored before the client's answer ends, so a client that continues at once finds it.
+A turn sent as a continued conversation says so again in its answer: the engine, sent the whole
+conversation, answers ``"previous_response_id": null``, which becomes the id the client sent.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+
+from policies.refusals import Refused
+from policies.responses import stored_response
+from policies.usage import RESPONSES_USAGE, streamed_completion_tokens, usage_in
+from proxy.conversations.store import ResponseStore
+
+log = logging.getLogger("prefixgate")
+
+_LAST_EVENTS = (b"event: response.completed", b"event: response.incomplete", b"event: response.failed")
+_MARKER_SPAN = max(map(len, _LAST_EVENTS))
+_NO_PREVIOUS = b'"previous_response_id":null'
+
+
+class ResponsesAnswer:
+    """One Responses request's answer, as the relay sees it (the ``AnswerTap`` an ``Outgoing`` carries)."""
+
+    __slots__ = ("_final", "_previous", "_tail", "body", "store", "tenant")
+
+    def __init__(self, store: ResponseStore | None, tenant: str, body: dict[str, Any], previous: str | None) -> None:
+        self.store = store  # None: ``store: false``, keep nothing
+        self.tenant = tenant
+        self.body = body  # as the engine was sent it: the conversation to keep
+        self._previous = b'"previous_response_id":' + orjson.dumps(previous) if previous is not None else None
+        self._final: list[bytes] | None = None  # the last event, from its first byte
+        self._tail = b""  # the end of the last chunk: a marker may be cut in two
+
+    @property
+    def ended(self) -> bool:
+        return self._final is not None
+
+    def relay(self, chunk: bytes) -> bytes:
+        """A streamed chunk on its way out: watched for the last event, the previous id put back."""
+        if self._previous is not None and _NO_PREVIOUS in chunk:
+            chunk = chunk.replace(_NO_PREVIOUS, self._previous)
+        if self._final is not None:
+            self._final.append(chunk)
+        else:
+            window = self._tail + chunk
+            at = max(window.rfind(marker) for marker in _LAST_EVENTS)
+            if at >= 0:
+                self._final = [window[at:]]
+            self._tail = chunk[-_MARKER_SPAN:]
+        return chunk
+
+    def stream_usage(self, events: int) -> tuple[int | None, int | None]:
+        prompt, completion = usage_in(b"".join(self._final), RESPONSES_USAGE) if self._final else (None, None)
+        return prompt, completion if completion is not None else streamed_completion_tokens(events)
+
+    async def stream_done(self) -> None:
+        """The stream ended whole: keep its response (the last event's ``response``)."""
+        if self.store is None or self._final is None:
+            return
+        event = b"".join(self._final)
+        start = event.find(b"data:")
+        try:
+            response = orjson.loads(event[start + 5:]).get("response") if start >= 0 else None
+        except orjson.JSONDecodeError:
+            response = None
+        if isinstance(response, dict):
+            await self._keep(response)
+
+    async def whole(self, body: bytes) -> tuple[bytes, tuple[int | None, int | None]]:
+        """A whole answer (200) on its way out: the previous id put back, kept, and its usage."""
+        if self._previous is not None:
+            body = body.replace(_NO_PREVIOUS, self._previous, 1)
+        if self.store is not None:
+            try:
+                response = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                response = None
+            if isinstance(response, dict):
+                await self._keep(response)
+        return body, usage_in(body, RESPONSES_USAGE)
+
+    async def _keep(self, response: dict[str, Any]) -> None:
+        stored = stored_response(self.body, response)
+        response_id = response.get("id")
+        if stored is None or self.store is None or not isinstance(response_id, str):
+            return
+        try:
+            await self.store.put(self.tenant, response_id, stored)
+        except Refused:  # the answer still goes out; a turn that continues it will be told the store is down
+            log.warning("response %s was answered but not stored", response_id[:80])

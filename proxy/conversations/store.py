@@ -1,0 +1,125 @@
+"""Where stored responses live: Redis when configured (shared by every gateway process, kept across
+restarts), else this process's memory, bounded; each under its tenant, for ``responses.ttl_s``.
+
+A key is the tenant's name and the response's id together, so a tenant can never read, continue or
+delete another tenant's response: its id under another tenant is simply not there (the same 404 as an
+unknown id). Unlike the caches (``TieredCache``), a missing answer here is not a miss to work around:
+Redis down means a continued turn cannot be built, so it is refused with a 503 and Retry-After
+(``StateUnavailable``), and no in-process tier sits in front of Redis, which would keep a deleted
+response alive in the other processes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+import orjson
+from cachetools import TLRUCache
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from policies.refusals import Refused, StateUnavailable
+from policies.responses import StoredResponse
+from proxy.clock import SYSTEM_CLOCK, Clock
+from proxy.config.redis import RedisConfig
+from proxy.config.responses import ResponsesConfig
+
+log = logging.getLogger("prefixgate")
+
+REDIS_PREFIX = b"prefixgate:responses:"
+
+
+def _encode(stored: StoredResponse) -> bytes:
+    return orjson.dumps({"input": stored.input, "output": stored.output, "response": stored.response})
+
+
+def _decode(raw: bytes) -> StoredResponse:
+    value: dict[str, Any] = orjson.loads(raw)
+    return StoredResponse(value["input"], value["output"], value["response"])
+
+
+class ResponseStore(Protocol):
+    async def get(self, tenant: str, response_id: str) -> StoredResponse | None: ...
+
+    async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None: ...
+
+    async def delete(self, tenant: str, response_id: str) -> bool: ...
+
+    async def aclose(self) -> None: ...
+
+
+class MemoryResponses:
+    """One process's stored responses, serialized (so their size is known and a reader can never change
+    one), the least recently used dropped past ``max_bytes``, each gone ``ttl_s`` after it was written."""
+
+    def __init__(self, ttl_s: float, max_bytes: int, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.ttl_s = ttl_s
+        self.entries: TLRUCache[tuple[str, str], bytes] = TLRUCache(
+            max_bytes, lambda key, value, now: now + ttl_s, timer=clock, getsizeof=len)
+
+    async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
+        raw = self.entries.get((tenant, response_id))
+        return None if raw is None else _decode(raw)
+
+    async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None:
+        raw = _encode(stored)
+        if len(raw) <= self.entries.maxsize:
+            self.entries[(tenant, response_id)] = raw
+        else:
+            log.warning("response %s (%d bytes) is larger than responses.max_memory_mb: not stored",
+                        response_id[:80], len(raw))
+
+    async def delete(self, tenant: str, response_id: str) -> bool:
+        return self.entries.pop((tenant, response_id), None) is not None
+
+    async def aclose(self) -> None:
+        self.entries.clear()
+
+
+class RedisResponses:
+    """Stored responses in Redis, each one key with the TTL; a failed call refuses with a 503."""
+
+    def __init__(self, settings: RedisConfig, ttl_s: float) -> None:
+        timeout = settings.timeout_ms / 1000
+        self.redis = Redis.from_url(settings.url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        self.ttl_ms = int(ttl_s * 1000)
+        self.retry_s = settings.retry_s
+
+    @staticmethod
+    def key(tenant: str, response_id: str) -> bytes:
+        name = tenant.encode()
+        return REDIS_PREFIX + str(len(name)).encode() + b":" + name + b":" + response_id.encode()
+
+    async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
+        try:
+            raw = await self.redis.get(self.key(tenant, response_id))
+        except RedisError as error:
+            raise self._unavailable(error) from None
+        return None if raw is None else _decode(raw)
+
+    async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None:
+        try:
+            await self.redis.set(self.key(tenant, response_id), _encode(stored), px=self.ttl_ms)
+        except RedisError as error:
+            raise self._unavailable(error) from None
+
+    async def delete(self, tenant: str, response_id: str) -> bool:
+        try:
+            return bool(await self.redis.delete(self.key(tenant, response_id)))
+        except RedisError as error:
+            raise self._unavailable(error) from None
+
+    def _unavailable(self, error: RedisError) -> Refused:
+        log.warning("redis response store failed (%s)", error)
+        return Refused(StateUnavailable(self.retry_s))
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()
+
+
+def open_response_store(settings: ResponsesConfig, redis: RedisConfig | None,
+                        clock: Clock = SYSTEM_CLOCK) -> ResponseStore:
+    if redis is not None:
+        return RedisResponses(redis, settings.ttl_s)
+    return MemoryResponses(settings.ttl_s, int(settings.max_memory_mb * 1024 * 1024), clock)

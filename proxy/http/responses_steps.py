@@ -1,0 +1,83 @@
+"""The steps of a Responses API request that differ from a chat's (``Preparation`` calls them).
+
+``recall`` builds a continued conversation from the tenant's stored response; ``shape_responses``
+runs the chat rewrite and retrieval over this turn's input (``rewrite_responses``, ``input_messages``)
+and renders the conversation as the chat template reads it, for the prompt's pieces and replica
+choice; ``responses_answer`` is what the relay reads of the answer and keeps of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from policies.refusals import Refused
+from policies.responses import (
+    continued,
+    input_messages,
+    response_not_found,
+    responses_messages,
+    rewrite_responses,
+    with_input_messages,
+)
+from policies.stable_prefix import chat_pieces
+from policies.types import Rejection
+from proxy.auth.tenants import TenantPolicy
+from proxy.conversations.answer import ResponsesAnswer
+from proxy.gateway import Gateway
+from proxy.http.headers import RequestHeaders
+from proxy.http.prompt import Prompt
+from proxy.observability.request_record import RequestRecord
+from proxy.retrieval.context import add_context
+from proxy.upstream.pool import Pool
+
+
+async def recall(gateway: Gateway, prompt: Prompt, tenant: TenantPolicy) -> None:
+    """A turn with ``previous_response_id``: the whole conversation, from the tenant's stored response
+    (raises the 404 of an id this tenant has no response under, or the store's 503)."""
+    previous = prompt.body.get("previous_response_id")
+    if previous is None:
+        return
+    stored = await gateway.responses.get(tenant.name, previous)
+    if stored is None:
+        raise Refused(response_not_found(previous, "previous_response_id"))
+    prompt.body, prompt.changed = continued(prompt.body, stored), True
+    prompt.history = len(stored.input) + len(stored.output)
+    prompt.previous = previous
+
+
+async def shape_responses(gateway: Gateway, prompt: Prompt, tenant: TenantPolicy, headers: RequestHeaders,
+                          response_headers: list[tuple[bytes, bytes]], record: RequestRecord, mark: float) -> int:
+    """This turn's instructions and input made canonical, the tenant's passages before its last user
+    input; the conversation rendered for the pieces. Returns the spans moved."""
+    rewrite = rewrite_responses(prompt.body, tenant.prompt, prompt.history)
+    prompt.body, prompt.changed = rewrite.body, prompt.changed or rewrite.changed
+    record.stage("canonicalize", mark)
+    if record.entry is not None:
+        record.note(relocated=rewrite.moved)
+    response_headers += [(b"x-prefixgate-volatile", str(rewrite.detected).encode()),
+                         (b"x-prefixgate-relocated", str(rewrite.moved).encode()),
+                         (b"x-prefixgate-templated", str(rewrite.templated).encode())]
+    settings = tenant.retrieval
+    if settings is not None and headers.retrieval and gateway.retriever is not None:
+        turn, evidence = await add_context(gateway.retriever, tenant.name, settings,
+                                           input_messages(prompt.body, prompt.history), response_headers, record)
+        if evidence is not None:
+            prompt.body = with_input_messages(prompt.body, turn["messages"], prompt.history)
+            prompt.changed = True
+    prompt.conversation = responses_messages(prompt.body)
+    prompt.pieces = chat_pieces(prompt.conversation)
+    return rewrite.moved
+
+
+def check_pool(pool: Pool) -> None:
+    """Only pools of engines serve the Responses API (a litellm pool's calls are chat completions)."""
+    if not pool.serves_responses:
+        raise Refused(Rejection(400, f"Pool '{pool.name}' (litellm) does not serve the Responses API; send "
+                                     "/v1/chat/completions to it.", param="model", code="unsupported_endpoint"))
+
+
+def responses_answer(gateway: Gateway, tenant: TenantPolicy, body: dict[str, Any],
+                     previous: str | None) -> ResponsesAnswer:
+    """What the relay reads of the answer; it keeps the response unless the request says ``store: false``."""
+    store = gateway.responses if body.get("store") is not False else None
+    return ResponsesAnswer(store, tenant.name, body, previous)
