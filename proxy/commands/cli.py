@@ -85,6 +85,9 @@ def _serve(config: Config) -> None:
         log.warning("tenants %s: no API key names them, so no request will get their settings (retrieval, limits, "
                     "prompt); give each a key in auth.keys%s", ", ".join(config.unreachable_tenants),
                     " (without keys every request is tenant 'default')" if not config.auth.keys else "")
+    if server.workers > 1 and config.redis is None:
+        log.warning("%d workers without redis: each keeps its own stored responses, so a previous_response_id that "
+                    "reaches another worker gets 404; set redis to share them", server.workers)
     files = raise_file_limit()
     log.info("client connections: at most %d per process (server.max_connections), headers within %g s, "
              "bodies within %g s", server.connection_limits(files).max_connections, server.header_timeout_s,

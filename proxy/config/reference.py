@@ -24,6 +24,7 @@ from proxy.config.gateway import Config, LimitsConfig, TenantConfig
 from proxy.config.pools import PoolConfig, UpstreamConfig
 from proxy.config.prompt import PromptConfig
 from proxy.config.redis import RedisConfig
+from proxy.config.responses import ResponsesConfig
 from proxy.config.retrieval import AnswerCacheConfig, RetrievalConfig, TenantRetrieval
 from proxy.config.server import AccessLogConfig, EngineConfig, MetricsConfig, ServerConfig
 
@@ -31,7 +32,7 @@ TABLES: dict[str, type[BaseModel]] = {
     "top": Config, "server": ServerConfig, "auth": AuthConfig, "pools": PoolConfig, "limits": LimitsConfig,
     "prompt": PromptConfig, "tenants": TenantConfig, "retrieval": RetrievalConfig,
     "tenant_retrieval": TenantRetrieval, "answer_cache": AnswerCacheConfig, "redis": RedisConfig,
-    "metrics": MetricsConfig, "access_log": AccessLogConfig, "engine": EngineConfig,
+    "responses": ResponsesConfig, "metrics": MetricsConfig, "access_log": AccessLogConfig, "engine": EngineConfig,
 }
 # Models with a table of their own (and a pool's fields, which embeddings shares) appear as one row
 # where another model holds them; smaller ones (timeouts, health, patterns) are spelled out in place.
