@@ -129,10 +129,11 @@ class Load:
         return self.requests / self.seconds
 
 
-def run_wrk(url: str, body: dict, concurrency: int, seconds: float, script: Path) -> Load:
+def run_wrk(url: str, body: dict, concurrency: int, seconds: float, script: Path,
+            path: str = "/v1/chat/completions") -> Load:
     env = {**os.environ, "PG_BODY": json.dumps(body)}
     command = ["taskset", "-c", "1", "wrk", "-t1", f"-c{concurrency}", f"-d{int(seconds)}s", "--timeout", "10s",
-               "-s", str(script), url + "/v1/chat/completions"]
+               "-s", str(script), url + path]
     output = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
     line = next(x for x in output.splitlines() if x.startswith("RESULT "))
     data = json.loads(line[len("RESULT "):])
@@ -303,11 +304,11 @@ def _cpu_per_request(target: Target, before: float, started: float, requests: in
 
 
 def measure_closed(
-    target: Target, payload: dict, concurrency: int, seconds: float, script: Path
+    target: Target, payload: dict, concurrency: int, seconds: float, script: Path, path: str = "/v1/chat/completions"
 ) -> tuple[Load, float | None]:
-    run_wrk(target.url, payload, concurrency, 1, script)  # warm-up
+    run_wrk(target.url, payload, concurrency, 1, script, path)  # warm-up
     before, started = (cpu_seconds(target.pid) if target.pid else 0.0), time.monotonic()
-    load = run_wrk(target.url, payload, concurrency, seconds, script)
+    load = run_wrk(target.url, payload, concurrency, seconds, script, path)
     return load, _cpu_per_request(target, before, started, load.requests)
 
 
