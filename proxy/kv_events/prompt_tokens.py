@@ -29,6 +29,19 @@ def _content_text(content: Any) -> Any:
     return content
 
 
+def _developer_as_system(conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What vLLM sends a template that has no developer role: developer messages as system ones, and,
+    where a system message is then not the first, all system texts merged first (joined by a blank line)."""
+    converted = [{**message, "role": "system"} if message.get("role") == "developer" else message
+                 for message in conversation]
+    systems = [index for index, message in enumerate(converted) if message.get("role") == "system"]
+    if not systems or systems == [0]:
+        return converted
+    texts = [str(converted[index].get("content") or "") for index in systems]
+    merged = {"role": "system", "content": "\n\n".join(text for text in texts if text)}
+    return [merged, *(message for message in converted if message.get("role") != "system")]
+
+
 class PromptTokens:
     """The model's chat template and tokenizer, loaded once from its folder."""
 
@@ -41,6 +54,8 @@ class PromptTokens:
 
         self.template = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         self.tokenizer = self.template.backend_tokenizer  # the Rust tokenizer, without Python wrapping
+        template = self.template.chat_template if isinstance(self.template.chat_template, str) else ""
+        self.developer_role = '"developer"' in template or "'developer'" in template  # vLLM's test for it
         self.max_chars = max_chars
 
     def rendered(self, body: dict[str, Any]) -> tuple[str, bool] | None:
@@ -51,6 +66,8 @@ class PromptTokens:
             tools = body.get("tools") if body.get("tool_choice") != "none" else None
             conversation = [{**message, "content": _content_text(message.get("content"))}
                             for message in messages if isinstance(message, dict)]
+            if not self.developer_role and any(message.get("role") == "developer" for message in conversation):
+                conversation = _developer_as_system(conversation)
             text = self.template.apply_chat_template(conversation, tools=tools if isinstance(tools, list) else None,
                                                      tokenize=False, add_generation_prompt=True)
             return str(text), False
