@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from policies.types import Rejection
 
-# chat's newer name first (vLLM reads both), then the Responses API's
-OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens")  # chat's newer name first; vLLM reads both
+RESPONSES_OUTPUT_FIELDS = ("max_output_tokens",)  # the only one vLLM's Responses API reads
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,12 +29,18 @@ class TokenCaps:
 
 def requested_output(body: dict[str, Any]) -> tuple[str, int | None]:
     """(field, value) of the output cap a request names; (the endpoint's field, None) when it names
-    none: ``max_output_tokens`` for a Responses body (its prompt is ``input``), else ``max_tokens``."""
-    for field in OUTPUT_FIELDS:
+    none. Only the fields its API reads count: a Responses body's (its prompt is ``input``) is
+    ``max_output_tokens``, and a chat field in it, which the engine ignores, must not stand in for it."""
+    fields = _output_fields(body)
+    for field in fields:
         value = body.get(field)
         if value is not None:
             return field, value
-    return ("max_output_tokens" if "input" in body else "max_tokens"), None
+    return fields[-1], None
+
+
+def _output_fields(body: dict[str, Any]) -> tuple[str, ...]:
+    return RESPONSES_OUTPUT_FIELDS if "input" in body else OUTPUT_FIELDS
 
 
 def cap_output(body: dict[str, Any], caps: TokenCaps) -> dict[str, Any] | Rejection:
@@ -53,7 +59,7 @@ def cap_output(body: dict[str, Any], caps: TokenCaps) -> dict[str, Any] | Reject
         return Rejection(400, f"{field} is {requested}, above the limit of {caps.max_tokens} output tokens "
                               f"({caps.source}.max_tokens).", param=field, code="max_tokens_above_limit")
     capped = {**body, field: caps.max_tokens}
-    for other in OUTPUT_FIELDS:  # a second, larger field would undo the clamp upstream
+    for other in _output_fields(body):  # a second, larger field would undo the clamp upstream
         if other != field and isinstance(capped.get(other), int) and capped[other] > caps.max_tokens:
             capped[other] = caps.max_tokens
     return capped

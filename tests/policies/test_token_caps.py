@@ -36,3 +36,16 @@ def test_input_cap() -> None:
     refused = check_prompt_tokens(101, TokenCaps(max_input_tokens=100), "messages")
     assert refused is not None and refused.status == 400 and refused.param == "messages" and "101" in refused.message
     assert check_prompt_tokens(10**6, TokenCaps(), "prompt") is None
+
+
+def test_a_responses_body_is_capped_on_max_output_tokens_the_one_field_its_api_reads() -> None:
+    body = {"model": "m", "input": "hi"}
+    assert cap_output(body, TokenCaps(default_max_tokens=300)) == {**body, "max_output_tokens": 300}
+    assert cap_output({**body, "max_output_tokens": 5000}, TokenCaps(max_tokens=1024))["max_output_tokens"] == 1024
+    refused = cap_output({**body, "max_output_tokens": 5000}, TokenCaps(max_tokens=1024, action="reject"))
+    assert isinstance(refused, Rejection) and refused.param == "max_output_tokens"
+    # a chat field the Responses API ignores does not stand in for the cap, nor the other way round
+    capped = cap_output({**body, "max_tokens": 10}, TokenCaps(max_tokens=64, default_max_tokens=300))
+    assert capped["max_output_tokens"] == 64
+    chat = cap_output({"model": "m", "messages": [], "max_output_tokens": 1}, TokenCaps(default_max_tokens=300))
+    assert chat["max_tokens"] == 300
