@@ -19,5 +19,8 @@ class ResponsesConfig(_Frozen):
 
     ttl_s: float = Field(30 * DAY_S, gt=0, json_schema_extra={"shown_default": "2592000 (30 days)"})
     """how long a stored response can be continued, fetched or deleted; then it is gone (404)"""
+    redis_timeout_ms: float = Field(1000.0, gt=0)
+    """with Redis: each call for a stored response; longer than the caches' `redis.timeout_ms`, since a response
+    that could not be stored cannot be continued (a cache miss only costs a recomputation)"""
     max_memory_mb: float = Field(256.0, gt=0)
     """without Redis: the most each process keeps (serialized); past it the least recently used go first"""

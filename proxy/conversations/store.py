@@ -80,8 +80,8 @@ class MemoryResponses:
 class RedisResponses:
     """Stored responses in Redis, each one key with the TTL; a failed call refuses with a 503."""
 
-    def __init__(self, settings: RedisConfig, ttl_s: float) -> None:
-        timeout = settings.timeout_ms / 1000
+    def __init__(self, settings: RedisConfig, ttl_s: float, timeout_ms: float = 1000.0) -> None:
+        timeout = timeout_ms / 1000
         self.redis = Redis.from_url(settings.url, socket_timeout=timeout, socket_connect_timeout=timeout)
         self.ttl_ms = int(ttl_s * 1000)
         self.retry_s = settings.retry_s
@@ -121,5 +121,5 @@ class RedisResponses:
 def open_response_store(settings: ResponsesConfig, redis: RedisConfig | None,
                         clock: Clock = SYSTEM_CLOCK) -> ResponseStore:
     if redis is not None:
-        return RedisResponses(redis, settings.ttl_s)
+        return RedisResponses(redis, settings.ttl_s, settings.redis_timeout_ms)
     return MemoryResponses(settings.ttl_s, int(settings.max_memory_mb * 1024 * 1024), clock)
