@@ -31,7 +31,7 @@ _NO_PREVIOUS = b'"previous_response_id":null'
 class ResponsesAnswer:
     """One Responses request's answer, as the relay sees it (the ``AnswerTap`` an ``Outgoing`` carries)."""
 
-    __slots__ = ("_final", "_previous", "_tail", "body", "store", "tenant")
+    __slots__ = ("_final", "_held", "_previous", "_tail", "body", "store", "tenant")
 
     def __init__(self, store: ResponseStore | None, tenant: str, body: dict[str, Any], previous: str | None) -> None:
         self.store = store  # None: ``store: false``, keep nothing
@@ -40,15 +40,21 @@ class ResponsesAnswer:
         self._previous = b'"previous_response_id":' + orjson.dumps(previous) if previous is not None else None
         self._final: list[bytes] | None = None  # the last event, from its first byte
         self._tail = b""  # the end of the last chunk: a marker may be cut in two
+        self._held = b""  # the end of the last chunk that may begin ``_NO_PREVIOUS``: sent with the next
 
     @property
     def ended(self) -> bool:
         return self._final is not None
 
     def relay(self, chunk: bytes) -> bytes:
-        """A streamed chunk on its way out: watched for the last event, the previous id put back."""
-        if self._previous is not None and _NO_PREVIOUS in chunk:
-            chunk = chunk.replace(_NO_PREVIOUS, self._previous)
+        """A streamed chunk on its way out: watched for the last event, the previous id put back (a
+        read may end inside the field: its start waits for the next chunk)."""
+        if self._previous is not None:
+            chunk = self._held + chunk
+            if _NO_PREVIOUS in chunk:
+                chunk = chunk.replace(_NO_PREVIOUS, self._previous)
+            cut = _field_start_at_end(chunk)
+            chunk, self._held = (chunk[:-cut], chunk[-cut:]) if cut else (chunk, b"")
         if self._final is not None:
             self._final.append(chunk)
         else:
@@ -56,7 +62,7 @@ class ResponsesAnswer:
             at = max(window.rfind(marker) for marker in _LAST_EVENTS)
             if at >= 0:
                 self._final = [window[at:]]
-            self._tail = chunk[-_MARKER_SPAN:]
+            self._tail = window[-_MARKER_SPAN:]
         return chunk
 
     def stream_usage(self, events: int) -> tuple[int | None, int | None]:
@@ -98,3 +104,11 @@ class ResponsesAnswer:
             await self.store.put(self.tenant, response_id, stored)
         except Refused:  # the answer still goes out; a turn that continues it will be told the store is down
             log.warning("response %s was answered but not stored", response_id[:80])
+
+
+def _field_start_at_end(chunk: bytes) -> int:
+    """How many bytes at the end of ``chunk`` are the start of ``_NO_PREVIOUS`` (0: none)."""
+    for size in range(min(len(_NO_PREVIOUS) - 1, len(chunk)), 0, -1):
+        if chunk.endswith(_NO_PREVIOUS[:size]):
+            return size
+    return 0

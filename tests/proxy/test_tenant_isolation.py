@@ -1,5 +1,5 @@
-"""Adversarial tenants: globex tries every door to acme's passages, cached answers, rate limit and
-prefix cache, and none opens; no API key is ever written anywhere but the request that carried it.
+"""Adversarial tenants: globex tries every door to acme's passages, cached answers, stored responses, rate
+limit and prefix cache, and none opens; no API key is ever written anywhere but the request that carried it.
 
 The corpus is the retrieval tests' (tests/support/tenant_corpus.py, ingested by the ``corpus`` fixture):
 acme's documents say 30 days, globex's 60, so a passage that crossed tenants shows up as the wrong
@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 from qdrant_client import AsyncQdrantClient
 
@@ -126,6 +127,42 @@ def test_an_answer_stored_for_one_tenant_is_never_served_to_another(
     seen = fake.app.stats.requests
     other = chat_as(gateway, KEYS["globex"], "What is our discount code?", headers={"X-Tenant": "acme"}, **same)
     assert other.headers["x-prefixgate-answer-cache"] == "miss" and fake.app.stats.requests == seen + 1
+
+
+def responses_as(gateway: str, key: str, method: str = "POST", response_id: str = "", *,
+                 headers: dict[str, str] | None = None, **fields: object) -> httpx.Response:
+    """POST /v1/responses with ``fields``, or GET or DELETE /v1/responses/{response_id}, as ``key``."""
+    url = gateway + "/v1/responses" + (f"/{response_id}" if response_id else "")
+    body = {"model": "fake-model", "max_output_tokens": 4, **fields} if method == "POST" else None
+    return httpx.request(method, url, json=body, timeout=30, headers={"Authorization": f"Bearer {key}",
+                                                                       **(headers or {})})
+
+
+SPOOFS = [{}, {"X-Tenant": "acme", "X-Prefixgate-Tenant": "acme", "OpenAI-Organization": "acme",
+               "OpenAI-Project": "acme"}]
+
+
+@pytest.mark.parametrize("headers", SPOOFS, ids=["plain", "claims to be acme"])
+def test_a_stored_response_cannot_be_fetched_deleted_or_continued_by_another_tenant(
+    fake: FakeServer, start_proxy: Callable[..., str], headers: dict[str, str]
+) -> None:
+    gateway = start_proxy(two_tenants(fake))
+    created = responses_as(gateway, KEYS["acme"], input="Our discount code is HERON-77.")
+    assert created.status_code == 200
+    acme_id = created.json()["id"]
+    unknown = responses_as(gateway, KEYS["globex"], "GET", "resp_never", headers=headers).json()
+    seen = fake.app.stats.requests
+    for method in ("GET", "DELETE"):  # the same 404 as an id that never was
+        answer = responses_as(gateway, KEYS["globex"], method, acme_id, headers=headers)
+        assert answer.status_code == 404
+        assert answer.text == orjson.dumps(unknown).decode().replace("resp_never", acme_id)
+    continued = responses_as(gateway, KEYS["globex"], headers=headers, input="What is our discount code?",
+                             previous_response_id=acme_id, user="acme", metadata={"tenant": "acme"})
+    assert continued.status_code == 404 and continued.json()["error"]["code"] == "previous_response_not_found"
+    assert "HERON" not in continued.text and fake.app.stats.requests == seen  # acme's words reached no engine
+    assert responses_as(gateway, KEYS["acme"], "GET", acme_id).json() == created.json()  # still there, whole
+    again = responses_as(gateway, KEYS["acme"], input="What is our discount code?", previous_response_id=acme_id)
+    assert again.status_code == 200 and "HERON-77" in str(fake.app.stats.last_body["input"])
 
 
 def test_one_tenant_spending_its_rate_limit_leaves_anothers_whole(

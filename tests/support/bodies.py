@@ -21,7 +21,7 @@ def dumps(value: Any) -> bytes:
 
 
 ROLES = ("system", "user", "assistant", "developer")
-ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
 
 text = st.text(max_size=80)
 json_scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | text
@@ -53,7 +53,37 @@ valid_completion = st.fixed_dictionaries(
 )
 valid_embedding = st.fixed_dictionaries({"model": st.just(MODEL), "input": text | st.lists(text, min_size=1,
                                                                                           max_size=4)})
-VALID = {"/v1/chat/completions": valid_chat, "/v1/completions": valid_completion, "/v1/embeddings": valid_embedding}
+# The Responses API: a string or items (messages with text or input_text parts, function calls and their
+# outputs), flat function tools; never previous_response_id (a fresh gateway holds no conversation)
+input_part = st.fixed_dictionaries({"type": st.just("input_text"), "text": text})
+input_message = st.fixed_dictionaries({"role": st.sampled_from(ROLES), "content": text | st.lists(
+    input_part, min_size=1, max_size=3)}, optional={"type": st.just("message")})
+call_id = st.from_regex(r"call_[a-z0-9]{1,8}", fullmatch=True)
+function_call = st.fixed_dictionaries({"type": st.just("function_call"), "call_id": call_id,
+                                       "name": st.from_regex(r"[a-z_]{1,12}", fullmatch=True), "arguments": text})
+function_output = st.fixed_dictionaries({"type": st.just("function_call_output"), "call_id": call_id,
+                                         "output": text})
+flat_tool = st.fixed_dictionaries({"type": st.just("function"), "name": st.from_regex(r"[a-z_]{1,12}", fullmatch=True),
+                                   "parameters": st.just({"type": "object", "properties": {"q": {"type": "string"}}})})
+valid_responses = st.fixed_dictionaries(
+    {"model": st.just(MODEL),
+     "input": text | st.lists(input_message | function_call | function_output, min_size=1, max_size=6)},
+    optional={
+        "instructions": text,
+        "max_output_tokens": st.integers(1, 8),
+        "temperature": st.floats(0, 2),
+        "top_p": st.floats(0, 1),
+        "stream": st.booleans(),
+        "store": st.booleans(),
+        "tools": st.lists(flat_tool, max_size=3),
+        "tool_choice": st.sampled_from(("auto", "none")),
+        "text": st.just({"format": {"type": "text"}}),
+        "user": text,
+        "metadata": st.dictionaries(st.from_regex(r"[a-z]{1,8}", fullmatch=True), text, max_size=3),
+    },
+)
+VALID = {"/v1/chat/completions": valid_chat, "/v1/completions": valid_completion, "/v1/embeddings": valid_embedding,
+         "/v1/responses": valid_responses}
 
 
 @st.composite
@@ -70,7 +100,8 @@ def _mutated(draw: st.DrawFn) -> bytes:
     how = draw(st.sampled_from(("replace", "remove", "add")))
     key = draw(st.sampled_from(sorted(body))) if how != "add" else draw(st.sampled_from(
         ("max_tokens", "temperature", "stream", "stream_options", "n", "tools", "tool_choice", "stop",
-         "response_format", "logit_bias", "cache_salt", "logprobs", "top_logprobs", "messages", "prompt")))
+         "response_format", "logit_bias", "cache_salt", "logprobs", "top_logprobs", "messages", "prompt",
+         "input", "instructions", "max_output_tokens", "previous_response_id", "background", "store", "text")))
     if how == "remove":
         body.pop(key)
     else:
@@ -86,6 +117,25 @@ def _odd_messages(draw: st.DrawFn) -> bytes:
         "name": json_scalars, "tool_calls": json_values})
     return dumps({"model": MODEL, "messages": draw(st.lists(weird | message, min_size=0, max_size=5)),
                          "max_tokens": draw(st.integers(-5, 8))})
+
+
+@st.composite
+def _odd_input(draw: st.DrawFn) -> bytes:
+    """Responses input items of every type with any fields (calls without names, outputs that are not
+    text), items with unknown roles and types, wrong content; tools with odd fields."""
+    typed = st.fixed_dictionaries(
+        {"type": st.sampled_from(("function_call", "function_call_output", "reasoning", "message", "item_reference"))},
+        optional={"call_id": json_values, "name": json_values, "arguments": json_values, "output": json_values,
+                  "content": json_values, "id": json_values})
+    untyped = st.fixed_dictionaries({}, optional={
+        "type": text | json_scalars, "role": st.sampled_from(ROLES) | text | json_scalars, "content": json_values})
+    items = draw(st.lists(typed | untyped | input_message | function_call, min_size=0, max_size=5))
+    body: dict[str, Any] = {"model": MODEL, "input": items, "max_output_tokens": draw(st.integers(-5, 8))}
+    if draw(st.booleans()):
+        body["tools"] = draw(st.lists(st.fixed_dictionaries({}, optional={
+            "type": st.just("function") | json_scalars, "name": json_scalars, "parameters": json_values,
+            "function": json_values}), max_size=3))
+    return dumps(body)
 
 
 @st.composite
@@ -126,10 +176,10 @@ def _raw_bytes(draw: st.DrawFn) -> bytes:
 
 @st.composite
 def broken_request(draw: st.DrawFn) -> tuple[str, bytes]:
-    path = draw(st.sampled_from(ENDPOINTS))
-    body = draw(st.one_of(_mutated(), _odd_messages(), _deep(), _huge(), _many_messages(), _raw_bytes(),
-                          json_values.map(dumps)))
-    return path, body
+    odd_input = _odd_input().map(lambda body: ("/v1/responses", body))
+    anywhere = st.tuples(st.sampled_from(ENDPOINTS), st.one_of(
+        _mutated(), _odd_messages(), _deep(), _huge(), _many_messages(), _raw_bytes(), json_values.map(dumps)))
+    return draw(st.one_of(anywhere, anywhere, anywhere, odd_input))
 
 
 def is_openai_error(payload: Any) -> bool:

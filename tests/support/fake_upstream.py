@@ -13,6 +13,8 @@ Behaviours by model name:
   fake-400          answers 400 with an OpenAI error body (to test pass-through)
   fake-500          answers 500
   fake-slow-stream  waits ``fake_first_ms`` before the first chunk
+
+``POST /v1/responses`` answers in the Responses API's framing (tests/support/fake_responses.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from collections import deque
 from typing import Any
 
 import orjson
+
+from tests.support import fake_responses
 
 Scope = dict[str, Any]
 
@@ -126,7 +130,10 @@ class FakeUpstream:
             return
         self.stats.active += 1
         try:
-            await self._generate(request, receive, send)
+            if path.endswith("/responses"):
+                await self._responses(request, send)
+            else:
+                await self._generate(request, receive, send)
         finally:
             self.stats.active -= 1
 
@@ -161,6 +168,25 @@ class FakeUpstream:
         payload = {"object": "list", "data": data, "model": request["model"],
                    "usage": {"prompt_tokens": len(inputs), "total_tokens": len(inputs)}}
         await _respond(send, 200, orjson.dumps(payload))
+
+    async def _responses(self, request: dict[str, Any], send: Any) -> None:
+        """The Responses API: a whole response, or its events; 404 for an unknown model, as vLLM."""
+        refused = fake_responses.refusal(request)
+        if request.get("model") not in MODEL_NAMES:
+            refused = 404, b'{"error":{"message":"The model does not exist.","type":"NotFoundError","code":404}}'
+        if refused is not None:
+            await _respond(send, *refused)
+            return
+        tokens = int(request.get("max_output_tokens") or 16)
+        self.stats.completed += 1
+        if not request.get("stream"):
+            await _respond(send, 200, orjson.dumps(fake_responses.response_object(request, tokens)))
+            return
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})
+        for event in fake_responses.stream_events(request, tokens):
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _generate(self, request: dict[str, Any], receive: Any, send: Any) -> None:
         model = request.get("model")

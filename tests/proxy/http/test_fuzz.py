@@ -41,6 +41,19 @@ def _send(client: httpx.Client, path: str, body: bytes) -> httpx.Response:
 def test_valid_bodies_are_answered(gateway: httpx.Client, request: tuple[str, bytes]) -> None:
     answer = _send(gateway, *request)
     assert answer.status_code == 200, (request, answer.text)
+    assert _whole(request[0], answer), (request, answer.text[-300:])
+
+
+def _whole(path: str, answer: httpx.Response) -> bool:
+    """The endpoint's own answer, whole: a stream to its last event (no error event in its place), a
+    Responses answer a finished response."""
+    if answer.headers["content-type"].startswith("text/event-stream"):
+        last = answer.content.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
+        if path == "/v1/responses":
+            return last.startswith(b"event: response.completed\n")
+        return last == b"data: [DONE]"
+    payload = orjson.loads(answer.content)
+    return payload.get("status") == "completed" if path == "/v1/responses" else "error" not in payload
 
 
 def test_broken_bodies_get_a_4xx_in_openai_form_never_a_5xx_and_the_gateway_still_answers(
