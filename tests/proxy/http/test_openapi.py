@@ -30,7 +30,8 @@ def origin(fake: FakeServer) -> Iterator[str]:
 
 def test_the_served_document_is_the_committed_one(origin: str) -> None:
     assert httpx.get(origin + "/openapi.json").json() == DOCUMENT
-    assert {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models"} <= set(DOCUMENT["paths"])
+    assert {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/responses/{response_id}",
+            "/v1/models"} <= set(DOCUMENT["paths"])
 
 
 def test_the_gateway_keeps_to_its_document_and_the_fuzzing_reaches_every_operation_both_ways(origin: str) -> None:
@@ -46,5 +47,6 @@ def test_the_gateway_keeps_to_its_document_and_the_fuzzing_reaches_every_operati
 
     fuzz()
     labels = " ".join(seen)
-    for operation in ("POST /v1/chat/completions", "POST /v1/completions", "POST /v1/embeddings"):
+    for operation in ("POST /v1/chat/completions", "POST /v1/completions", "POST /v1/embeddings",
+                      "POST /v1/responses"):
         assert f"{operation} positive 200" in labels and f"{operation} negative 400" in labels, seen
