@@ -3,7 +3,7 @@ building blocks of ``validate_request``'s per-endpoint field tables."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 TYPE_NAMES = {
@@ -89,3 +89,22 @@ def response_format(param: str, value: Any) -> None:
         raise wrong_type(param, "an object", value)
     if not isinstance(value.get("type"), str):
         raise wrong_type(f"{param}.type", "a string", value.get("type"))
+
+
+def typed_objects(param: str, value: Any, expected: str = "an array") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each item of an array of objects that name their ``type`` (tools, content parts), with its path."""
+    if not isinstance(value, list):
+        raise wrong_type(param, expected, value)
+    for index, item in enumerate(value):
+        where = f"{param}[{index}]"
+        if not isinstance(item, dict):
+            raise wrong_type(where, "an object", item)
+        if not isinstance(item.get("type"), str):
+            raise wrong_type(f"{where}.type", "a string", item.get("type"))
+        yield where, item
+
+
+def content_parts(param: str, value: Any) -> None:
+    """A message's content that is not a string: an array of typed parts."""
+    for _ in typed_objects(param, value, "a string or an array"):
+        pass

@@ -7,27 +7,19 @@ from typing import Any
 
 from policies.field_checks import (
     Invalid,
+    content_parts,
     int_at_least,
     non_empty_string,
     number_between,
     of_type,
     response_format,
     string_or_object,
+    typed_objects,
     wrong_type,
 )
 
 RESPONSE_ROLES = frozenset({"system", "developer", "user", "assistant"})
 
-
-def _parts(param: str, content: Any) -> None:
-    if not isinstance(content, list):
-        raise wrong_type(param, "a string or an array", content)
-    for index, part in enumerate(content):
-        where = f"{param}[{index}]"
-        if not isinstance(part, dict):
-            raise wrong_type(where, "an object", part)
-        if not isinstance(part.get("type"), str):
-            raise wrong_type(f"{where}.type", "a string", part.get("type"))
 
 
 def _response_input(param: str, value: Any) -> None:
@@ -55,19 +47,12 @@ def _response_input(param: str, value: Any) -> None:
                                                 f"Supported values are: {', '.join(sorted(RESPONSE_ROLES))}.")
             content = item.get("content")
             if not isinstance(content, str):
-                _parts(f"{where}.content", content)
+                content_parts(f"{where}.content", content)
 
 
 def _response_tools(param: str, value: Any) -> None:
     """Flat function tools (``name`` and ``parameters`` beside ``type``) and built-in ones."""
-    if not isinstance(value, list):
-        raise wrong_type(param, "an array", value)
-    for index, tool in enumerate(value):
-        where = f"{param}[{index}]"
-        if not isinstance(tool, dict):
-            raise wrong_type(where, "an object", tool)
-        if not isinstance(tool.get("type"), str):
-            raise wrong_type(f"{where}.type", "a string", tool.get("type"))
+    for where, tool in typed_objects(param, value):
         if tool["type"] == "function" and not isinstance(tool.get("name"), str):
             raise wrong_type(f"{where}.name", "a string", tool.get("name"))
 

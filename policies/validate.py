@@ -13,6 +13,7 @@ from typing import Any
 
 from policies.field_checks import (
     Invalid,
+    content_parts,
     describe,
     int_at_least,
     is_int,
@@ -21,6 +22,7 @@ from policies.field_checks import (
     of_type,
     response_format,
     string_or_object,
+    typed_objects,
     wrong_type,
 )
 from policies.response_fields import RESPONSES_FIELDS
@@ -53,14 +55,7 @@ def _stream_options(param: str, value: Any) -> None:
 
 
 def _tools(param: str, value: Any) -> None:
-    if not isinstance(value, list):
-        raise wrong_type(param, "an array", value)
-    for index, tool in enumerate(value):
-        where = f"{param}[{index}]"
-        if not isinstance(tool, dict):
-            raise wrong_type(where, "an object", tool)
-        if not isinstance(tool.get("type"), str):
-            raise wrong_type(f"{where}.type", "a string", tool.get("type"))
+    for where, tool in typed_objects(param, value):
         function = tool.get("function")
         if function is not None:
             if not isinstance(function, dict):
@@ -111,14 +106,7 @@ def _messages(param: str, value: Any) -> None:
             )
         content = message.get("content")
         if content is not None and not isinstance(content, str):
-            if not isinstance(content, list):
-                raise wrong_type(f"{where}.content", "a string or an array", content)
-            for part_index, part in enumerate(content):
-                part_where = f"{where}.content[{part_index}]"
-                if not isinstance(part, dict):
-                    raise wrong_type(part_where, "an object", part)
-                if not isinstance(part.get("type"), str):
-                    raise wrong_type(f"{part_where}.type", "a string", part.get("type"))
+            content_parts(f"{where}.content", content)
         name = message.get("name")
         if name is not None and not isinstance(name, str):
             raise wrong_type(f"{where}.name", "a string", name)
