@@ -31,12 +31,13 @@ REDIS_PREFIX = b"prefixgate:responses:"
 
 
 def _encode(stored: StoredResponse) -> bytes:
-    return orjson.dumps({"input": stored.input, "output": stored.output, "response": stored.response})
+    """The input items and the response; its output items are the response's own (kept once)."""
+    return orjson.dumps({"input": stored.input, "response": stored.response})
 
 
 def _decode(raw: bytes) -> StoredResponse:
     value: dict[str, Any] = orjson.loads(raw)
-    return StoredResponse(value["input"], value["output"], value["response"])
+    return StoredResponse(value["input"], value["response"]["output"], value["response"])
 
 
 class ResponseStore(Protocol):
