@@ -14,7 +14,7 @@ from proxy.app import create_app
 from proxy.engine.process import LocalEngine, free_port
 from proxy.engine.tiny_model import ensure_tiny_model
 from tests.support.configs import make_config
-from tests.support.embedded import Embedded
+from tests.support.embedded import Embedded, running
 from tests.support.servers import serve_in_thread
 
 pytestmark = pytest.mark.engine
@@ -28,12 +28,8 @@ def embedding_engine(embedded: Embedded) -> Iterator[LocalEngine]:
         ensure_tiny_model(embedded.data_dir), served_model_name=EMBED_MODEL, port=free_port(),
         log_path=embedded.data_dir / "embed-engine.log", extra_args=["--runner", "pooling", "--convert", "embed"],
     )
-    engine.start()
-    try:
-        engine.wait_ready(300)
+    with running(engine):
         yield engine
-    finally:
-        engine.stop()
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field
 from proxy.config.server import EngineConfig
 from proxy.engine.process import LocalEngine, free_port
 from tests.support.configs import pool
-from tests.support.embedded import Embedded
+from tests.support.embedded import Embedded, running
 from tests.support.gateways import gateway_processes
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
@@ -136,12 +136,8 @@ def second_engine(embedded: Embedded, tmp_path_factory: pytest.TempPathFactory) 
     engine = LocalEngine(embedded.model_folder, served_model_name=embedded.model, port=free_port(),
                          log_path=tmp_path_factory.mktemp("second-engine") / "engine.log",
                          extra_args=[*EngineConfig().vllm_args(), "--override-generation-config", json.dumps(GREEDY)])
-    engine.start()
-    try:
-        engine.wait_ready(300)
+    with running(engine):
         yield engine
-    finally:
-        engine.stop()
 
 
 def served_by(log: Path, count: int) -> list[str]:

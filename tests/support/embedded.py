@@ -18,6 +18,7 @@ import httpx
 import pytest
 import yaml
 
+from proxy.engine.process import LocalEngine
 from tests.support.servers import free_port
 from tests.support.waiting import wait_until
 
@@ -37,6 +38,17 @@ class Embedded:
     def model_folder(self) -> Path:
         """The tiny model's files (tokenizer, chat template) as the engine loaded them."""
         return next((self.data_dir / "models").glob("prefixgate-tiny-llama-*"))
+
+
+@contextmanager
+def running(engine: LocalEngine, timeout: float = 300) -> Iterator[LocalEngine]:
+    """A second engine a test starts itself, ready; stopped afterwards however the test ends."""
+    engine.start()
+    try:
+        engine.wait_ready(timeout)
+        yield engine
+    finally:
+        engine.stop()
 
 
 @contextmanager
