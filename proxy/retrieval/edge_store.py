@@ -6,10 +6,11 @@ Qdrant's engine runs the search (HNSW over int8 copies of the vectors, rescored;
 fusion) in Rust, where the previous embedded store (qdrant-client's local mode) scanned every point in
 Python: docs/benchmarks.md has both at 1k to 100k chunks.
 
-An engine belongs to the process that opens it, so collections live as ``Generations``: each gateway
-worker reads the published generation and picks up a newer one when it polls ``versions``; an ingest,
-in any process, writes a copy and publishes it when it ends. Ingest therefore runs beside live
-gateways, two ingests of one collection take turns, and a killed ingest changes nothing.
+An engine belongs to the process that opens it and writes in its folder on every open and close, so
+collections live as ``Generations`` that no engine opens once published: each gateway worker searches
+its own copy of the published generation (``open_copy``) and copies a newer one when it polls
+``versions``; an ingest, in any process, writes a copy and publishes it when it ends. Ingest therefore
+runs beside live gateways, two ingests of one collection take turns, and a killed ingest changes nothing.
 
 Every engine call runs in one worker thread, never on the event loop.
 """
@@ -40,6 +41,7 @@ from proxy.retrieval.edge_shards import (
 )
 from proxy.retrieval.generations import CURRENT, Generations, folder_name
 from proxy.retrieval.local_mode import LocalModeFolder, holds_local_mode
+from proxy.retrieval.reader_copies import OpenCopy, open_copy
 from proxy.retrieval.vector_store import (
     DENSE_VECTOR,
     SPARSE_VECTOR,
@@ -69,7 +71,7 @@ class EdgeStore(VectorStore):
         self.words = WordVectors()
         self.records = EdgeRecords(self)
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefixgate-qdrant")
-        self._readers: dict[str, Generation] = {}  # collection -> the published generation this process reads
+        self._readers: dict[str, OpenCopy] = {}  # collection -> this process's copy of the published generation
         self._writers: dict[str, _Writer] = {}  # collection -> this process's ingest under way
 
     @classmethod
@@ -94,11 +96,11 @@ class EdgeStore(VectorStore):
             return writer.generation
         reader = self._readers.get(collection)
         if reader is None:
-            current = self._generations(collection).current()
-            if current is None:
+            reader = open_copy(self._generations(collection))
+            if reader is None:
                 return None
-            reader = self._readers[collection] = load_generation(current)
-        return reader
+            self._readers[collection] = reader
+        return reader.generation
 
     # -- writing --
 
@@ -157,12 +159,12 @@ class EdgeStore(VectorStore):
         version = str(time.time_ns())
         generation.manifest["versions"].update({tenant: version for tenant in writer.tenants})
         (generation.path / MANIFEST).write_text(json.dumps(generation.manifest))
-        # Opening once settles the files (the engine folds its journals on load); readers then never write.
-        load_generation(generation.path).close()
-        writer.generations.publish(generation.path)
-        self._swap(collection, load_generation(generation.path))
+        writer.generations.publish(generation.path)  # closed above: from here on no engine opens it
+        old = self._readers.pop(collection, None)  # this process's next read copies what it just published
+        if old is not None:
+            old.close()
 
-    def _swap(self, collection: str, fresh: Generation) -> None:
+    def _swap(self, collection: str, fresh: OpenCopy) -> None:
         old = self._readers.get(collection)
         self._readers[collection] = fresh
         if old is not None:
@@ -275,16 +277,17 @@ class EdgeStore(VectorStore):
         versions: dict[tuple[str, str], str] = {}
         for collection, (path, manifest) in (await asyncio.to_thread(self._published)).items():
             reader = self._readers.get(collection)
-            if reader is not None and reader.path != path:
-                fresh = await asyncio.to_thread(load_generation, path)
-                await self.run(self._swap, collection, fresh)
+            if reader is not None and reader.copy.source != path:
+                fresh = await asyncio.to_thread(open_copy, self._generations(collection))
+                if fresh is not None:
+                    await self.run(self._swap, collection, fresh)
             versions.update({(collection, tenant): version for tenant, version in manifest["versions"].items()})
         return versions
 
     async def aclose(self) -> None:
         def close_all() -> None:
-            for generation in self._readers.values():
-                generation.close()
+            for reader in self._readers.values():
+                reader.close()
             self._readers.clear()
 
         await self.run(close_all)

@@ -1,19 +1,24 @@
 """Numbered, published copies of one collection's folder: many readers, one writer, no half-written state.
 
-An embedded engine (``qdrant_edge``) belongs to the process that opens it: its write-ahead log takes a
-lock, and nothing tells one process of another's writes. Yet a gateway runs several workers that all
-search, and ``prefixgate ingest`` writes while they serve. So a collection lives as generations:
+An embedded engine (``qdrant_edge``) belongs to the process that opens it, and it writes whenever it
+opens or closes a folder: loading rewrites ``edge_config.json`` (an atomic write, so a temporary
+``.atomicwrite`` file comes and goes) and may add an empty appendable segment, and closing flushes every
+segment's trackers and rewrites ``segment.json``. Nothing tells one process of another's writes. Yet a
+gateway runs several workers that all search, and ``prefixgate ingest`` writes while they serve. So a
+collection lives as generations, under one rule: **once published, no process writes a file inside a
+generation, and no engine opens one.**
 
-  * readers open the generation that ``CURRENT`` names, and never write to it;
   * a writer takes the collection's lock (one writer at a time, across processes), copies the current
-    generation into the next number, changes the copy, and publishes it by replacing ``CURRENT``
-    atomically (``os.replace`` after ``fsync``); readers see the new one at their next look;
+    generation into the next number, changes the copy with the engine, closes it, and publishes it by
+    replacing ``CURRENT`` atomically (``os.replace`` after ``fsync``);
+  * a reader copies the published generation into a folder of its own (``ReaderCopies``) and opens
+    that; it sees a newer generation at its next look, and copies again;
   * a writer that dies (kill -9, power loss) leaves an unpublished folder and ``CURRENT`` as it was, so a
     document is either in the last published generation or was never reported stored; the next writer
     clears such leftovers under the lock.
 
-The two generations before the current one stay on disk until ``GRACE_S`` after the current one was
-published, so a reader that has not looked yet keeps reading whole files; the next writer removes the rest.
+A superseded generation is removed by the next writer, unless a reader is copying one at that moment
+(``copying``, a shared lock the remover must take exclusively): it then stays for the writer after.
 """
 
 from __future__ import annotations
@@ -23,12 +28,12 @@ import hashlib
 import os
 import re
 import shutil
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-GRACE_S = 60.0
+from proxy.retrieval.sparse_copy import copy_tree
+
 CURRENT = "CURRENT"
 _NUMBERED = re.compile(r"^g(\d{9})$")
 
@@ -45,6 +50,21 @@ def _fsync_folder(path: Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+@contextmanager
+def _flock(path: Path, mode: int) -> Iterator[bool]:
+    """Hold ``flock(mode)`` on ``path`` for the block; yields False where a non-blocking lock was refused."""
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, mode)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class Generations:
@@ -65,12 +85,15 @@ class Generations:
     def writer_lock(self) -> Iterator[None]:
         """One writer at a time for this collection, across processes; released when its process dies."""
         self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".writer.lock", "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)  # waits for the writer before, however long its ingest runs
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with _flock(self.root / ".writer.lock", fcntl.LOCK_EX):  # waits for the writer before, however long
+            yield
+
+    @contextmanager
+    def copying(self) -> Iterator[None]:
+        """While a reader copies a published generation: no writer removes one (a shared lock)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with _flock(self.root / ".copying.lock", fcntl.LOCK_SH):
+            yield
 
     def _numbered(self) -> dict[int, Path]:
         found = {}
@@ -87,16 +110,16 @@ class Generations:
         number = int(current.name[1:]) + 1 if current is not None else 1
         fresh = self.root / f"g{number:09d}"
         if current is not None:
-            shutil.copytree(current, fresh)
+            copy_tree(current, fresh)
         else:
             fresh.mkdir()
         return fresh
 
     def publish(self, generation: Path) -> None:
-        """Make ``generation`` the one readers open. Its files must be closed and flushed."""
+        """Make ``generation`` the one readers copy. Its engine must be closed: nothing writes in it after this."""
         for path in generation.rglob("*"):
             if path.is_file():
-                with open(path, "rb+") as handle:
+                with open(path, "rb") as handle:
                     os.fsync(handle.fileno())
         pointer = self.root / f".{CURRENT}.{os.getpid()}"
         with open(pointer, "w") as handle:
@@ -107,18 +130,28 @@ class Generations:
         _fsync_folder(self.root)
 
     def discard(self, generation: Path) -> None:
-        shutil.rmtree(generation, ignore_errors=True)
+        """Remove a generation whole: renamed out of its numbered name first, so no one sees half of it."""
+        trash = self.root / f".trash-{generation.name}-{os.getpid()}"
+        try:
+            os.rename(generation, trash)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(trash, ignore_errors=True)
 
-    def clear_leftovers(self, now: float | None = None) -> None:
-        """Remove what no reader can need: generations past the current one (writers that died) and
-        generations superseded more than ``GRACE_S`` ago. Call under the lock."""
+    def clear_leftovers(self) -> None:
+        """Remove what no reader can need: generations past the current one (writers that died), and
+        superseded ones unless a reader is copying right now. Call under the writer lock."""
         current = self.current()
         number = int(current.name[1:]) if current is not None else 0
-        published_at = (self.root / CURRENT).stat().st_mtime if current is not None else 0.0
-        now = time.time() if now is None else now
-        for found, path in self._numbered().items():
-            unpublished = found > number
-            # a reader may still be on one of the two before the current if it was published moments ago
-            stale = found < number and (now - published_at > GRACE_S or found < number - 2)
-            if unpublished or stale:
-                shutil.rmtree(path, ignore_errors=True)
+        for path in self.root.glob(".trash-*"):  # a writer that died while removing
+            shutil.rmtree(path, ignore_errors=True)
+        numbered = self._numbered()
+        for found, path in numbered.items():
+            if found > number:
+                self.discard(path)
+        superseded = [path for found, path in numbered.items() if found < number]
+        if superseded:
+            with _flock(self.root / ".copying.lock", fcntl.LOCK_EX | fcntl.LOCK_NB) as nobody_copies:
+                if nobody_copies:
+                    for path in superseded:
+                        self.discard(path)

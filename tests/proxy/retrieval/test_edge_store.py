@@ -11,21 +11,43 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from proxy.retrieval.edge_store import EdgeStore
-from proxy.retrieval.generations import GRACE_S, Generations, folder_name
+from proxy.retrieval.generations import Generations, folder_name
 from tests.support.edge_writer import stored_chunk
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def start_writer(folder: Path, doc_id: str, seconds: float) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "tests.support.edge_writer", str(folder), doc_id, str(seconds)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+class Writers:
+    """Writer processes a test starts; the fixture ends any still running and closes their pipes, so a
+    failed assert leaves nothing behind for the next test."""
+
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen[str]] = []
+
+    def start(self, folder: Path, doc_id: str, seconds: float) -> subprocess.Popen[str]:
+        writer = subprocess.Popen([sys.executable, "-m", "tests.support.edge_writer", str(folder), doc_id,
+                                   str(seconds)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.started.append(writer)
+        return writer
+
+    def close(self) -> None:
+        for writer in self.started:
+            if writer.poll() is None:
+                writer.kill()
+            writer.communicate()  # reaps it and closes its pipes
+
+
+@pytest.fixture
+def writers() -> Iterator[Writers]:
+    started = Writers()
+    yield started
+    started.close()
 
 
 def wait_written(writer: subprocess.Popen[str]) -> None:
@@ -35,7 +57,8 @@ def wait_written(writer: subprocess.Popen[str]) -> None:
 
 
 def finish(writer: subprocess.Popen[str]) -> int:
-    writer.communicate(timeout=60)
+    _, errors = writer.communicate(timeout=120)
+    assert writer.returncode in (0, -signal.SIGKILL), errors
     return writer.returncode
 
 
@@ -54,8 +77,8 @@ async def gateway(tmp_path: Path) -> AsyncIterator[EdgeStore]:
 
 
 async def test_an_ingest_killed_midway_loses_no_document_stored_before_and_blocks_no_next_ingest(
-        gateway: EdgeStore) -> None:
-    writer = start_writer(gateway.path, "killed", 60)
+        gateway: EdgeStore, writers: Writers) -> None:
+    writer = writers.start(gateway.path, "killed", 60)
     wait_written(writer)
     writer.send_signal(signal.SIGKILL)  # as kill -9, or the machine losing power
     finish(writer)
@@ -67,11 +90,11 @@ async def test_an_ingest_killed_midway_loses_no_document_stored_before_and_block
     assert generations == ["g000000001", "g000000002"], generations  # the killed run's copy made way for the next
 
 
-async def test_two_ingests_of_one_collection_take_turns_and_both_land(tmp_path: Path) -> None:
+async def test_two_ingests_of_one_collection_take_turns_and_both_land(tmp_path: Path, writers: Writers) -> None:
     folder = tmp_path / "qdrant"
-    first = start_writer(folder, "first", 2)
+    first = writers.start(folder, "first", 2)
     wait_written(first)  # holds the writer's lock for two more seconds
-    second = start_writer(folder, "second", 0)
+    second = writers.start(folder, "second", 0)
     began = time.monotonic()
     assert finish(second) == 0 and finish(first) == 0
     assert time.monotonic() - began > 1  # the second waited for the first instead of copying beside it
@@ -82,25 +105,25 @@ async def test_two_ingests_of_one_collection_take_turns_and_both_land(tmp_path: 
         await store.aclose()
 
 
-async def test_a_gateway_searches_while_another_process_ingests(gateway: EdgeStore) -> None:
-    writer = start_writer(gateway.path, "during", 2)
+async def test_a_gateway_searches_while_another_process_ingests(gateway: EdgeStore, writers: Writers) -> None:
+    writer = writers.start(gateway.path, "during", 2)
     wait_written(writer)
     assert await doc_ids(gateway) == ["before"]  # the ingest under way is not visible yet, and not in the way
     assert finish(writer) == 0
     assert await doc_ids(gateway) == ["before", "during"]
 
 
-def test_superseded_generations_stay_for_readers_that_have_not_looked_yet(tmp_path: Path) -> None:
+def test_superseded_generations_go_unless_a_reader_is_copying_one(tmp_path: Path) -> None:
     generations = Generations(tmp_path / "docs")
-    with generations.writer_lock():
-        for _ in range(5):
-            generations.publish(generations.begin())
     names = lambda: sorted(p.name for p in generations.root.iterdir() if p.name.startswith("g"))  # noqa: E731
-    published = (generations.root / "CURRENT").stat().st_mtime
-    generations.clear_leftovers(now=published + 1)
-    assert names() == ["g000000003", "g000000004", "g000000005"]  # two back, for readers mid-poll
-    generations.clear_leftovers(now=published + GRACE_S + 1)
-    assert names() == ["g000000005"]
-    os.makedirs(generations.root / "g000000006")  # a writer that died before publishing
-    generations.clear_leftovers(now=published + 1)
-    assert names() == ["g000000005"]
+    with generations.writer_lock():
+        generations.publish(generations.begin())
+        with generations.copying():  # a reader copying g1 right now
+            generations.publish(generations.begin())
+            generations.publish(generations.begin())
+            assert names() == ["g000000001", "g000000002", "g000000003"]
+        generations.publish(generations.begin())  # the next writer, with no reader copying, clears them
+        assert names() == ["g000000003", "g000000004"]  # the one it copied goes with the writer after
+        os.makedirs(generations.root / "g000000005")  # a writer that died before publishing
+        generations.clear_leftovers()
+        assert names() == ["g000000004"]
