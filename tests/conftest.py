@@ -1,5 +1,6 @@
 """Fixtures shared by every test folder: a fake upstream for proxy mechanics, prefixgate in this process,
-a redis-server, and the real embedded engine for user paths. The helpers behind them live in tests/support."""
+a redis-server, the real embedded engine for user paths, and processes a test starts, ended with it. The
+helpers behind them live in tests/support."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from tests.support.configs import make_config
 from tests.support.embedded import Embedded, embedded_gateway
 from tests.support.fake_server import FakeServer, serve_fake
 from tests.support.gateways import serve_gateway
+from tests.support.processes import Spawner
 from tests.support.redis_server import RedisServer
 
 
@@ -33,6 +35,17 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def spawn() -> Iterator[Spawner]:
+    """Starts processes (``spawn([...], **popen)`` is ``subprocess.Popen``) and ends every one still running
+    once the test ends, however it ends, closing their pipes."""
+    spawner = Spawner()
+    try:
+        yield spawner
+    finally:
+        spawner.end_all()
 
 
 @pytest.fixture

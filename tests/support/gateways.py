@@ -19,6 +19,7 @@ from proxy.app import create_app
 from proxy.config.gateway import Config
 from proxy.connections.protocol import GuardedHttpToolsProtocol
 from proxy.engine.process import free_port
+from tests.support.processes import ended
 from tests.support.servers import serve_in_thread
 from tests.support.waiting import answers, wait_until
 
@@ -43,17 +44,19 @@ def gateway_processes(config: dict[str, Any], workdir: Path, count: int, timeout
             path = workdir / f"gateway-{port}.yaml"
             server = {**config.get("server", {}), "port": port}
             path.write_text(yaml.safe_dump({**config, "server": server, "data_dir": str(workdir)}))
+            # a session of its own: should it not stop on SIGTERM, SIGKILL to its group ends its workers too
             process = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--config", str(path)],
                                        env={**env, "PYTHONHASHSEED": str(11 * (index + 1))},
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
             started.append((process, f"http://127.0.0.1:{port}"))
         for process, origin in started:
             wait_until(partial(answers, origin + "/ready", process), timeout=timeout, interval=0.2,
                        what=f"prefixgate serve at {origin} to become ready")
         yield [origin for _, origin in started]
     finally:
+        for process, _ in started:  # all told at once, so they drain together
+            if process.poll() is None:
+                process.terminate()
         for process, _ in started:
-            process.terminate()
-        for process, _ in started:
-            process.wait(30)
+            ended(process, timeout=30, sig=None, group=True)
 

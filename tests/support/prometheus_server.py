@@ -15,6 +15,7 @@ import httpx
 import yaml
 
 from proxy.engine.process import free_port
+from tests.support.processes import ended
 
 
 @contextmanager
@@ -45,9 +46,10 @@ def prometheus(workdir: Path, targets: dict[str, str]) -> Iterator[PrometheusSer
             time.sleep(0.2)
         yield server
     finally:
-        process.terminate()
-        process.wait(20)
-        log.close()
+        try:
+            ended(process, timeout=20)
+        finally:
+            log.close()
 
 
 class PrometheusServer:

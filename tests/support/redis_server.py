@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from proxy.engine.process import free_port
+from tests.support.processes import ended
 
 
 class RedisServer:
@@ -35,9 +36,10 @@ class RedisServer:
              "--dir", str(self.workdir)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while not self._answers_ping():
             if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()  # a redis-server that did not answer in time is not left running
                 raise RuntimeError(f"redis-server on port {self.port} did not start")
             time.sleep(0.02)
 
@@ -50,10 +52,10 @@ class RedisServer:
             return False
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.thaw()
-            self.process.terminate()
-            self.process.wait(timeout=10)
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.thaw()
+            ended(self.process, timeout=10)
         self.process = None
 
     def freeze(self) -> None:

@@ -99,18 +99,20 @@ def test_front_tier_entries_are_short_lived_and_redis_keeps_the_full_ttl(redis_s
         clock = FakeClock()
         writer = tiered_cache(settings, "answers", clock=clock)
         reader = tiered_cache(settings, "answers", clock=clock)
-        reader.on_event = events.append
-        await writer.put("k", {"answer": 42}, ttl=60)
-        assert await reader.get("k") == {"answer": 42} and events == ["shared_hit"]
-        assert await reader.get("k") == {"answer": 42} and events == ["shared_hit"]  # from its front tier
         client = aioredis.from_url(redis_server.url)
-        assert 59_000 < await client.pttl("prefixgate:answers:k") <= 60_000
-        await client.delete("prefixgate:answers:k")
-        clock.advance(0.15)
-        assert await reader.get("k") is None and await writer.get("k") is None  # both front tiers expired
-        await client.aclose()
-        await writer.aclose()
-        await reader.aclose()
+        try:
+            reader.on_event = events.append
+            await writer.put("k", {"answer": 42}, ttl=60)
+            assert await reader.get("k") == {"answer": 42} and events == ["shared_hit"]
+            assert await reader.get("k") == {"answer": 42} and events == ["shared_hit"]  # from its front tier
+            assert 59_000 < await client.pttl("prefixgate:answers:k") <= 60_000
+            await client.delete("prefixgate:answers:k")
+            clock.advance(0.15)
+            assert await reader.get("k") is None and await writer.get("k") is None  # both front tiers expired
+        finally:
+            await client.aclose()
+            await writer.aclose()
+            await reader.aclose()
 
     asyncio.run(run())
 
@@ -122,12 +124,14 @@ def test_passages_survive_the_round_trip_through_redis(redis_server: RedisServer
         other = RetrievalCache(ttl=60, empty_ttl=5, store=tiered_cache(settings, "passages"))
         passages = (Passage("guide.md", 0, 2, "Chunks zero to two.", 0.83, "docs/guide.md", 5, end=120),
                     Passage("faq.md", 3, 3, "One chunk, no offsets.", 0.5, "faq.md", 6))
-        await one.put("q", passages)
-        await one.put("nothing", ())
-        assert await other.get("q") == passages
-        assert await other.get("nothing") == ()  # an empty result is a hit too, not a miss
-        await one.aclose()
-        await other.aclose()
+        try:
+            await one.put("q", passages)
+            await one.put("nothing", ())
+            assert await other.get("q") == passages
+            assert await other.get("nothing") == ()  # an empty result is a hit too, not a miss
+        finally:
+            await one.aclose()
+            await other.aclose()
 
     asyncio.run(run())
 

@@ -230,15 +230,20 @@ def _closed(sock: socket.socket) -> bool:
 
 def test_over_the_cap_with_every_connection_busy_probes_are_answered_and_the_rest_get_503(
         fake: FakeServer, tmp_path: Path) -> None:
-    with gateway(fake, tmp_path, max_connections=2, drain_timeout_s=1) as origin:
-        hanging = [threading.Thread(target=_hang, args=(origin,), daemon=True) for _ in range(2)]
-        for thread in hanging:
-            thread.start()
-        wait_until(lambda: fake.app.stats.active >= 2, timeout=10, what="both hanging answers to be under way")
-        assert httpx.get(origin + "/health", timeout=5).status_code == 200
-        refused = httpx.post(origin + "/v1/chat/completions", json=chat(), timeout=5)
-        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
-        assert refused.json()["error"]["code"] == "too_many_connections"
+    hanging: list[threading.Thread] = []
+    try:
+        with gateway(fake, tmp_path, max_connections=2, drain_timeout_s=1) as origin:
+            hanging += [threading.Thread(target=_hang, args=(origin,), daemon=True) for _ in range(2)]
+            for thread in hanging:
+                thread.start()
+            wait_until(lambda: fake.app.stats.active >= 2, timeout=10, what="both hanging answers to be under way")
+            assert httpx.get(origin + "/health", timeout=5).status_code == 200
+            refused = httpx.post(origin + "/v1/chat/completions", json=chat(), timeout=5)
+            assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+            assert refused.json()["error"]["code"] == "too_many_connections"
+    finally:
+        for thread in hanging:  # their answers end with the gateway
+            thread.join(30)
 
 
 def _hang(origin: str) -> None:

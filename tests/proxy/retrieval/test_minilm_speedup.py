@@ -17,6 +17,7 @@ import pytest
 from proxy.retrieval import onnx_minilm
 from proxy.retrieval.embeddings import LocalMiniLM
 from proxy.retrieval.onnx_minilm import ensure_exported, onnx_file
+from tests.support.processes import Spawner
 
 ROOT = Path(__file__).resolve().parents[3]
 QUESTIONS = ["How do I reset my password?", "QS-1007 rate limit error", "refund", "Kann ich meinen Plan kündigen?",
@@ -122,13 +123,13 @@ def test_a_reader_never_sees_half_an_export(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []  # neither a target nor a staging file is left behind
 
 
-def test_two_processes_exporting_at_once_both_get_a_whole_file(tmp_path: Path,
+def test_two_processes_exporting_at_once_both_get_a_whole_file(tmp_path: Path, spawn: Spawner,
                                                                embedders: tuple[LocalMiniLM, LocalMiniLM]) -> None:
     script = ("import json, sys; from proxy.retrieval.embeddings import LocalMiniLM; print(json.dumps("
               "LocalMiniLM(backend='onnx', cache_dir=sys.argv[1]).encode(['How do I reset my password?'])[0]))")
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    racers = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], cwd=ROOT, env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    racers = [spawn([sys.executable, "-c", script, str(tmp_path)], cwd=ROOT, env=env, text=True,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
     outputs = [racer.communicate(timeout=300) for racer in racers]
     assert [racer.returncode for racer in racers] == [0, 0], [err[-2000:] for _, err in outputs]
     assert [path.name for path in tmp_path.iterdir()] == [onnx_file(tmp_path).name]  # no staging file left

@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -18,6 +18,7 @@ import pytest
 
 from proxy.engine.process import free_port
 from tests.support.configs import pool
+from tests.support.processes import Spawner
 from tests.support.waiting import answers, wait_until, wait_until_async
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -25,22 +26,18 @@ STREAMS = 12
 
 
 @pytest.fixture
-def upstreams() -> Iterator[list[tuple[subprocess.Popen[bytes], str]]]:
+def upstreams(spawn: Spawner) -> list[tuple[subprocess.Popen[bytes], str]]:
+    """Two fake upstreams, each a process of its own (ended with the test, however it ends)."""
     started = []
     for _ in range(2):
         port = free_port()
-        process = subprocess.Popen([sys.executable, "-m", "tests.support.fake_upstream", "--port", str(port)],
-                                   cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = spawn([sys.executable, "-m", "tests.support.fake_upstream", "--port", str(port)],
+                        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         started.append((process, f"http://127.0.0.1:{port}"))
     for process, origin in started:
-        wait_until(partial(answers, origin + "/health", process), timeout=30, interval=0.1,
+        wait_until(partial(answers, origin + "/health", process), timeout=60, interval=0.1,
                    what=f"the fake upstream at {origin} to start")
-    yield started
-    for process, _ in started:
-        if process.poll() is None:
-            process.kill()
-        process.wait(10)
-
+    return started
 
 
 def active(origin: str) -> int:
