@@ -16,6 +16,7 @@ import fcntl
 import os
 import secrets
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,10 +54,12 @@ def _held_lock(lock: Path) -> int:
     return descriptor
 
 
-def sweep(readers: Path) -> None:
-    """Remove the copies of processes that are gone: their lock files are no longer held (and the
-    temporary lock files of processes that died before renaming theirs)."""
-    for lock in [*readers.glob("*.lock"), *readers.glob(".*.lock.tmp")]:
+def sweep(readers: Path, now: float) -> None:
+    """Remove the copies of processes that are gone: their lock files are no longer held. A temporary
+    lock file is unlocked for a moment between its creation and its ``flock``, so one counts as left
+    behind (its process died before renaming it) only once it is a minute old."""
+    stale_temporaries = [path for path in readers.glob(".*.lock.tmp") if _age(path, now) > 60]
+    for lock in [*readers.glob("*.lock"), *stale_temporaries]:
         try:
             descriptor = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -74,11 +77,18 @@ def sweep(readers: Path) -> None:
             os.close(descriptor)
 
 
+def _age(path: Path, now: float) -> float:
+    try:
+        return now - path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
 def claim_copy(generations: Generations) -> ReaderCopy | None:
     """A fresh copy of the published generation for this process; None before the first publish."""
     readers = generations.root / READERS
     readers.mkdir(parents=True, exist_ok=True)
-    sweep(readers)
+    sweep(readers, time.time())
     for _ in range(_TRIES):
         source = generations.current()
         if source is None:

@@ -13,7 +13,7 @@ import pytest
 
 from proxy.retrieval.edge_store import EdgeStore
 from proxy.retrieval.generations import folder_name
-from proxy.retrieval.reader_copies import READERS
+from proxy.retrieval.reader_copies import READERS, sweep
 from proxy.retrieval.sparse_copy import copy_tree
 from tests.support.edge_writer import stored_chunk
 
@@ -92,3 +92,13 @@ async def test_the_copy_of_a_killed_worker_is_swept_by_the_next_one(
     finally:
         await store.aclose()
     assert sorted(path.name for path in readers.iterdir()) == []
+
+
+def test_a_lock_being_made_is_not_swept_but_one_left_a_minute_ago_is(tmp_path: Path) -> None:
+    temporary = tmp_path / ".g000000001-1-ab.lock.tmp"  # another process between creating and locking it
+    temporary.touch()
+    made = temporary.stat().st_mtime
+    sweep(tmp_path, now=made + 1)
+    assert temporary.exists()
+    sweep(tmp_path, now=made + 61)  # its process died before renaming it
+    assert not temporary.exists()
