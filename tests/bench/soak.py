@@ -9,7 +9,8 @@ own process: this measures the gateway, not an engine.
 
     python tests/bench/soak.py --minutes 10            # writes docs/soak.json, docs/soak.png and
                                                        # the soak block of docs/reliability.md
-tests/proxy/test_soak.py runs a one-minute version in CI.
+tests/proxy/test_soak.py runs a one-minute version in CI. `--stack full` soaks the gateway as users run it
+instead (two workers, Redis, retrieval, two vLLM engines, ingests and kills while serving): soak_full.py.
 """
 
 from __future__ import annotations
@@ -261,10 +262,24 @@ def table(report: Report, minutes: float, where: str | None = None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stack", choices=["fake", "full"], default="fake",
+                        help="fake: the gateway before the fake upstream; full: as users run it (soak_full.py)")
     parser.add_argument("--minutes", type=float, default=10)
-    parser.add_argument("--rate", type=float, default=40, help="requests a second")
+    parser.add_argument("--rate", type=float, help="requests a second (default: 40 fake, 6 full)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "reliability.md")
+    parser.add_argument("--ingest-every", type=float, default=30, help="full: seconds between fresh ingests")
+    parser.add_argument("--kill-ingest-every", type=float, default=300,
+                        help="full: seconds between big ingests killed mid-way")
+    parser.add_argument("--keep", action="store_true", help="full: keep the run's folder (logs, store)")
+    parser.add_argument("--no-publish", action="store_true", help="full: print the table, write no docs")
     args = parser.parse_args()
+    if args.stack == "full":
+        from tests.bench import soak_full
+
+        args.rate = args.rate or 6
+        soak_full.main(args)
+        return
+    args.rate = args.rate or 40
     with tempfile.TemporaryDirectory() as workdir:
         report = soak(args.minutes * 60, args.rate, Path(workdir))
     where = machine.machine()
