@@ -16,7 +16,8 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 NAMED = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w.-]+\.(?:py|jsonl|json|png|yaml|yml|sh|lua|md)(?![\w-]))(?:::(\w+))?")
 OUTSIDE = ("deploy/compose.env.example",)  # written by the user from an example the docs name
 NOT_OURS = {"tokenizer.json", "config.json", "docker-compose.override.yml", "requests.jsonl", "embedded.yaml",
-            "prefixgate.yaml", "values.yaml", "config.yaml", "bench-out"}
+            "prefixgate.yaml", "values.yaml", "config.yaml", "bench-out",
+            "edge_config.json", "segment.json"}  # the last two: Qdrant Edge's own files inside a shard
 
 
 @cache
