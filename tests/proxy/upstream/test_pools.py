@@ -37,7 +37,15 @@ def test_prompts_that_start_alike_go_to_one_replica(start_proxy: Callable[..., s
     proxy = start_proxy({"pools": [pool("p", *(r.base_url for r in replicas))]})
     placed = _placement([proxy], replicas)
     assert all(len(homes) == 1 for homes in placed.values()), placed
-    assert {home for homes in placed.values() for home in homes} == {0, 1}  # and the prompts share the pool
+    # ... and the prompts share the pool. Their keys carry the tenant's cache salt, from a secret generated in
+    # each test's data dir, and the ring is built from the replicas' URLs (random ports): on about one run
+    # in a hundred all eight prompts have one home. Forty more prompts, a request each, make it one in 10^11.
+    homes = {home for homes in placed.values() for home in homes}
+    for number in range(len(PROMPTS), len(PROMPTS) + 40):
+        question = f"prompt {number} question 0"
+        ask(proxy, f"You are assistant number {number} of ACME. " + "Follow the house rules. " * 30, question)
+        homes.add(served_by(replicas, question))
+    assert homes == {0, 1}
 
 
 def test_least_loaded_spreads_each_prompt_over_the_replicas(start_proxy: Callable[..., str],
