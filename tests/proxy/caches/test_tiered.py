@@ -82,14 +82,16 @@ def test_a_redis_that_stops_answering_costs_one_timeout_then_nothing(
         started = time.monotonic()
         assert ask(gateway, timeout=10).status_code == 200  # read times out (100 ms), then the model answers
         first = time.monotonic() - started
-        started = time.monotonic()
-        for _ in range(5):
-            assert ask(gateway, "Name a planet.", timeout=10).status_code == 200
-        rest = (time.monotonic() - started) / 5
+        later = [ask(gateway, "Name a planet.", timeout=10) for _ in range(5)]
     finally:
         redis_server.thaw()
-    assert first < 2.0 and rest < 0.2, (first, rest)
-    assert shared_events(gateway, "error") == 1  # the breaker kept later requests away from it
+    assert first < 2.0, first  # one read timeout of 100 ms, not a client library's default of seconds
+    # Then nothing: the breaker keeps later requests off Redis (no second timeout, counted as an error),
+    # and the in-process tier serves them. (How long they take is the machine's business: on a busy 2-core
+    # machine an answer through this gateway takes 0.1 to 0.3 s with Redis healthy too.)
+    assert [answer.status_code for answer in later] == [200] * 5
+    assert [answer.headers["x-prefixgate-answer-cache"] for answer in later] == ["miss"] + ["hit"] * 4
+    assert shared_events(gateway, "error") == 1
 
 
 def test_front_tier_entries_are_short_lived_and_redis_keeps_the_full_ttl(redis_server: RedisServer) -> None:
