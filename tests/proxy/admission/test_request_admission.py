@@ -21,7 +21,7 @@ from tests.support.fake_server import FakeServer
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateways import gateway_processes
 from tests.support.metrics_text import sample_sum
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import PATIENT_MS, RedisServer
 from tests.support.servers import serve_in_thread
 from tests.support.waiting import wait_until
 
@@ -31,7 +31,10 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 
 def config(fake: FakeServer, limits: dict, **extra: object) -> dict:
     # A burst opens a hundred upstream connections at once on a machine this test shares with
-    # the fake upstream and the client: connecting may take longer than the 5 s default.
+    # the fake upstream and the client: connecting may take longer than the 5 s default. Likewise
+    # a shared limiter's Redis call may take longer than its 100 ms default (see PATIENT_MS).
+    if isinstance(extra.get("redis"), dict):
+        extra["redis"] = {"timeout_ms": PATIENT_MS, **extra["redis"]}  # type: ignore[dict-item]
     return {"pools": [pool("p", fake.base_url, timeouts={"connect": 60})],
             "auth": {"keys": [{"tenant": "acme", "key": KEY}]}, "limits": limits, **extra}
 

@@ -18,7 +18,7 @@ from tests.support.clock import FakeClock
 from tests.support.configs import pool
 from tests.support.fake_server import FakeServer
 from tests.support.metrics_text import sample_sum
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import PATIENT_MS, RedisServer
 
 KEY = "sk-acme-shared-cache-1"
 
@@ -28,7 +28,7 @@ def gateway_config(fake: FakeServer, redis_url: str, **redis: Any) -> dict[str, 
         "pools": [pool("p", fake.base_url, models=["fake-model"])],
         "auth": {"keys": [{"tenant": "acme", "key": KEY}]},
         "tenants": {"acme": {"answer_cache": {"ttl_s": 60}}},
-        "redis": {"url": redis_url, "timeout_ms": 100, "retry_s": 0.3, **redis},
+        "redis": {"url": redis_url, "timeout_ms": PATIENT_MS, "retry_s": 0.3, **redis},
     }
 
 
@@ -75,7 +75,7 @@ def test_with_redis_gone_answers_still_flow_and_sharing_resumes_when_it_returns(
 def test_a_redis_that_stops_answering_costs_one_timeout_then_nothing(
     fake: FakeServer, start_proxy: Callable[..., str], redis_server: RedisServer
 ) -> None:
-    gateway = start_proxy(gateway_config(fake, redis_server.url, retry_s=30))
+    gateway = start_proxy(gateway_config(fake, redis_server.url, timeout_ms=100, retry_s=30))
     assert ask(gateway, "Warm the connection.").status_code == 200
     redis_server.freeze()
     try:
@@ -97,7 +97,7 @@ def test_a_redis_that_stops_answering_costs_one_timeout_then_nothing(
 def test_front_tier_entries_are_short_lived_and_redis_keeps_the_full_ttl(redis_server: RedisServer) -> None:
     async def run() -> None:
         events: list[str] = []
-        settings = RedisConfig(url=redis_server.url, front_ttl_s=0.1)
+        settings = RedisConfig(url=redis_server.url, timeout_ms=PATIENT_MS, front_ttl_s=0.1)
         clock = FakeClock()
         writer = tiered_cache(settings, "answers", clock=clock)
         reader = tiered_cache(settings, "answers", clock=clock)
@@ -121,7 +121,7 @@ def test_front_tier_entries_are_short_lived_and_redis_keeps_the_full_ttl(redis_s
 
 def test_passages_survive_the_round_trip_through_redis(redis_server: RedisServer) -> None:
     async def run() -> None:
-        settings = RedisConfig(url=redis_server.url)
+        settings = RedisConfig(url=redis_server.url, timeout_ms=PATIENT_MS)
         one = RetrievalCache(ttl=60, empty_ttl=5, store=tiered_cache(settings, "passages"))
         other = RetrievalCache(ttl=60, empty_ttl=5, store=tiered_cache(settings, "passages"))
         passages = (Passage("guide.md", 0, 2, "Chunks zero to two.", 0.83, "docs/guide.md", 5, end=120),

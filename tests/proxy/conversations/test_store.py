@@ -22,7 +22,7 @@ from tests.support.clock import FakeClock
 from tests.support.configs import pool
 from tests.support.in_memory import in_memory_gateway
 from tests.support.mock_transport import MockReply, MockUpstreams
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import PATIENT_MS, RedisServer
 
 DAY_S = 86_400.0
 ACME, GLOBEX = "sk-acme-0123456789", "sk-globex-0123456789"
@@ -98,7 +98,7 @@ async def test_a_reader_cannot_change_what_is_stored() -> None:
 
 @pytest.fixture
 def settings(redis_server: RedisServer) -> RedisConfig:
-    return RedisConfig(url=redis_server.url, timeout_ms=200, retry_s=3)
+    return RedisConfig(url=redis_server.url, timeout_ms=PATIENT_MS, retry_s=3)
 
 
 async def test_redis_keeps_puts_gets_and_deletes_with_the_ttl(settings: RedisConfig) -> None:
@@ -176,7 +176,7 @@ def upstreams() -> MockUpstreams:
 
 def test_a_response_stored_in_redis_survives_a_gateway_restart(
         redis_server: RedisServer, upstreams: MockUpstreams, tmp_path: Path) -> None:
-    config = gateway_config(redis={"url": redis_server.url})
+    config = gateway_config(redis={"url": redis_server.url, "timeout_ms": PATIENT_MS})
     with in_memory_gateway(config, upstreams, FakeClock(), tmp_path) as client:
         first = create(client)
         assert first.status_code == 200
@@ -206,7 +206,7 @@ def test_without_redis_a_restart_forgets_and_the_ttl_runs_on_the_gateways_clock(
 
 def test_with_redis_down_stored_responses_are_a_503_with_retry_after_and_new_ones_still_answered(
         redis_server: RedisServer, upstreams: MockUpstreams, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    config = gateway_config(redis={"url": redis_server.url, "timeout_ms": 200, "retry_s": 2.5})
+    config = gateway_config(redis={"url": redis_server.url, "timeout_ms": PATIENT_MS, "retry_s": 2.5})
     with in_memory_gateway(config, upstreams, FakeClock(), tmp_path) as client:
         response_id = create(client).json()["id"]
         redis_server.stop()
