@@ -19,12 +19,12 @@ from proxy.connections.guard import ConnectionGuard, file_limit
 from proxy.gateway import Gateway
 from proxy.http import responses_routes as stored
 from proxy.http import service_routes as routes
-from proxy.http.errors import http_exception_handler, refused_handler, unexpected_error_handler
 from proxy.http.generation import GenerationRoute
 from proxy.http.route_explain import route_explainer
 from proxy.observability.metrics import Metrics
 from proxy.retrieval.retriever import StoreOpener
 from proxy.transports.base import TransportFactory
+from proxy.wire.errors import http_exception_handler, refused_handler, unexpected_error_handler
 
 ENV_RESOLVED_CONFIG = "PREFIXGATE_RESOLVED_CONFIG"
 

@@ -92,7 +92,7 @@ def test_openai_errors_are_built_in_one_place() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "OpenAIError":
                 builders.append(_name(path))
-    assert set(builders) == {"proxy/http/errors.py"}, builders
+    assert set(builders) == {"proxy/wire/errors.py"}, builders
 
 
 def test_every_package_says_what_lives_in_it() -> None:
@@ -100,3 +100,25 @@ def test_every_package_says_what_lives_in_it() -> None:
         if init.parent == ROOT / "proxy":
             continue
         assert ast.get_docstring(ast.parse(init.read_text())), f"{_name(init)} has no docstring"
+
+
+# Which proxy packages a package must never import: the wire is below everything, the pools below the
+# calls, the calls below the routes.
+NEVER_IMPORTS = {"wire": {"http", "calls", "upstream"}, "upstream": {"http", "calls"}, "calls": {"http"}}
+
+
+def _proxy_packages_imported(tree: ast.Module) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else (
+            [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
+        found.update(name.split(".")[1] for name in names if name.startswith("proxy.") and name.count(".") >= 1)
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(NEVER_IMPORTS))
+def test_the_call_the_pools_and_the_wire_import_one_way(package: str) -> None:
+    """The routes import the calls, the calls the pools, all three the wire; never back."""
+    for path in sorted((ROOT / "proxy" / package).rglob("*.py")):
+        wrong = _proxy_packages_imported(ast.parse(path.read_text())) & NEVER_IMPORTS[package]
+        assert not wrong, f"{_name(path)} imports proxy.{', proxy.'.join(sorted(wrong))}"

@@ -19,7 +19,7 @@ from uvicorn.server import ServerState
 
 from policies.refusals import RequestTimeout, TooManyConnections
 from proxy.connections.guard import EVICTED, HEADER_TIMEOUT, IDLE, ConnectionGuard
-from proxy.http.errors import openai_error
+from proxy.wire.errors import openai_error
 
 PROBES = frozenset({"/health", "/ready", "/metrics"})  # answered even over the cap
 

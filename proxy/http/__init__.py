@@ -1,3 +1,4 @@
 """The HTTP edge: the hot generation routes (``GenerationRoute`` behind ``FastPath``), the light
-service routes, request bodies, OpenAI-shaped errors, disconnects and SSE keep-alives.
+service routes, request bodies, and each request's preparation steps. What goes on the wire below
+the routes (errors, SSE, disconnects, headers) lives in ``proxy.wire``.
 """

@@ -29,18 +29,18 @@ from policies.validate import validate_request
 from proxy.admission.request_admission import AdmissionHold, Admitted
 from proxy.auth.tenants import TenantPolicy
 from proxy.caches.answers import AnswerToStore, send_stored_answer
+from proxy.calls.call import UpstreamCall
+from proxy.calls.exchange import CLIENT_CLOSED, Outgoing
 from proxy.gateway import Gateway
-from proxy.http import headers as x_prefixgate
 from proxy.http.body import ClientGone, decode_json, read_body
-from proxy.http.errors import openai_error
-from proxy.http.headers import RequestHeaders
 from proxy.http.prompt import Planned, Prompt
 from proxy.http.responses_steps import check_pool, recall, responses_answer, shape_responses
 from proxy.observability.request_record import RequestRecord
 from proxy.retrieval.context import add_context
-from proxy.upstream.call import UpstreamCall
-from proxy.upstream.exchange import CLIENT_CLOSED, Outgoing
 from proxy.upstream.pool import Pool
+from proxy.wire import headers as x_prefixgate
+from proxy.wire.errors import openai_error
+from proxy.wire.headers import RequestHeaders
 
 log = logging.getLogger("prefixgate")
 

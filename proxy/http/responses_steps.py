@@ -24,11 +24,11 @@ from policies.types import Rejection
 from proxy.auth.tenants import TenantPolicy
 from proxy.conversations.answer import ResponsesAnswer
 from proxy.gateway import Gateway
-from proxy.http.headers import RequestHeaders
 from proxy.http.prompt import Prompt
 from proxy.observability.request_record import RequestRecord
 from proxy.retrieval.context import add_context
 from proxy.upstream.pool import Pool
+from proxy.wire.headers import RequestHeaders
 
 
 async def recall(gateway: Gateway, prompt: Prompt, tenant: TenantPolicy) -> None:

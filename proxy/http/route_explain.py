@@ -32,8 +32,8 @@ from policies.validate import validate_request
 from proxy.auth.keys import OPEN_TENANT
 from proxy.auth.tenants import TenantPolicy
 from proxy.gateway import Gateway
-from proxy.http import headers as x_prefixgate
 from proxy.http.body import ClientGone, decode_json, read_body
+from proxy.wire import headers as x_prefixgate
 
 TENANT_HEADER = "x-prefixgate-tenant"
 

@@ -1,3 +1,3 @@
-"""Where a request goes and the call itself: pools and replicas, the replica load read from each
-engine, the upstream call (slot, replica, retry, relay), and litellm pools.
+"""Where a request goes: pools and replicas, the replica load read from each engine, health, and
+litellm pools. The call itself, which talks to the client, lives in ``proxy.calls``.
 """

@@ -19,9 +19,9 @@ from uvicorn.protocols.utils import ClientDisconnected
 from policies.refusals import ProviderFailed
 from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.pools import PoolConfig
-from proxy.http.errors import openai_error, refusal_event
 from proxy.transports.base import TransportFactory
 from proxy.upstream.pool import Pool
+from proxy.wire.errors import openai_error, refusal_event
 
 ENGINE_ONLY_FIELDS = ("cache_salt",)  # vLLM extensions a hosted API would refuse
 _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]

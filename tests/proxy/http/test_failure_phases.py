@@ -28,8 +28,8 @@ from policies.limits import RateLimits, Verdict
 from policies.refusals import InternalError, ProviderFailed, Refusal, Refused
 from proxy.admission.pool_gate import PoolGate
 from proxy.admission.rate_limiter import Ticket
-from proxy.http.errors import OpenAIError, openai_error, refusal_event
 from proxy.upstream import litellm_pool
+from proxy.wire.errors import OpenAIError, openai_error, refusal_event
 from tests.proxy.http.test_refusals import EXAMPLES
 from tests.support.clock import FakeClock
 from tests.support.configs import pool

@@ -28,7 +28,7 @@ from policies.refusals import (
     UpstreamFailed,
 )
 from policies.types import Rejection
-from proxy.http.errors import openai_error
+from proxy.wire.errors import openai_error
 
 EXAMPLES: list[tuple[Refusal, int, str | None]] = [
     (Rejection(400, "messages must be a list", param="messages", code="invalid_type"), 400, "invalid_type"),

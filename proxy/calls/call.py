@@ -22,15 +22,15 @@ from policies.refusals import InternalError, Refusal, Refused, Shed, ShuttingDow
 from proxy.admission.pool_gate import PoolGate
 from proxy.admission.request_admission import AdmissionHold
 from proxy.caches.answers import AnswerToStore
-from proxy.http import headers as x_prefixgate
-from proxy.http.disconnect import DisconnectWatch
-from proxy.http.errors import openai_error, refusal_event, sse_error_event
-from proxy.http.sse_keepalive import KeepAlive
+from proxy.calls.exchange import CLIENT_CLOSED, SSE_HEADERS, Exchange, Outcome, Outgoing
 from proxy.observability.request_record import RequestRecord
 from proxy.retrieval.fallback import send_passages_answer
-from proxy.upstream.exchange import CLIENT_CLOSED, SSE_HEADERS, Exchange, Outcome, Outgoing
 from proxy.upstream.litellm_pool import LitellmPool
 from proxy.upstream.pool import Pool
+from proxy.wire import headers as x_prefixgate
+from proxy.wire.disconnect import DisconnectWatch
+from proxy.wire.errors import openai_error, refusal_event, sse_error_event
+from proxy.wire.sse_keepalive import KeepAlive
 
 log = logging.getLogger("prefixgate")
 

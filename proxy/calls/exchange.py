@@ -22,15 +22,15 @@ from policies.refusals import UpstreamFailed, UpstreamFailure
 from policies.retry import retry_within_budget, retryable
 from policies.usage import hide_usage_events, stream_events, streamed_completion_tokens, usage_in
 from proxy.caches.answers import AnswerToStore
-from proxy.http.disconnect import DisconnectWatch
-from proxy.http.errors import openai_error, sse_error_event
-from proxy.http.sse_keepalive import KeepAlive
+from proxy.calls.answer_tap import AnswerTap
 from proxy.observability.request_record import RequestRecord
 from proxy.retrieval.fallback import send_passages_answer
 from proxy.transports.base import Reply, UpstreamBroken, UpstreamError, UpstreamTimeout, UpstreamUnreachable
-from proxy.upstream.answer_tap import AnswerTap
 from proxy.upstream.pool import Pool
 from proxy.upstream.replica import Replica
+from proxy.wire.disconnect import DisconnectWatch
+from proxy.wire.errors import openai_error, sse_error_event
+from proxy.wire.sse_keepalive import KeepAlive
 
 MIN_RETRY_CONCURRENCY = 3  # retries a pool may run at once however few requests it has
 CLIENT_CLOSED = 499  # nginx's code for "client closed the request", used in metrics only
