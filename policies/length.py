@@ -68,6 +68,7 @@ class Prediction:
     p90: int
     p95: int
     source: Literal["history", "prior"]
+    short_share: float | None = None  # of the history's answers, the share within the short threshold
 
 
 Step = Literal["turn", "after-tool", "prompt"]
@@ -131,17 +132,25 @@ class LengthHistory:
         last = list(self.recent)[-SHIFT:]
         return all(tokens > high for tokens in last) or all(tokens < low for tokens in last)
 
+    def share_within(self, tokens: int) -> float:
+        """The share of the recent answers of at most ``tokens``."""
+        return bisect.bisect_right(self.sorted, tokens) / len(self.sorted)
+
     def quantile(self, q: float) -> int:
         values = self.sorted
         return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def predict(features: LengthFeatures, history: LengthHistory | None) -> Prediction:
-    """Predicted completion tokens per choice; never above the request's max_tokens."""
+def predict(features: LengthFeatures, history: LengthHistory | None, short_threshold: int | None = None) -> Prediction:
+    """Predicted completion tokens per choice; never above the request's max_tokens. With a
+    ``short_threshold`` and a history to read, also the share of its answers within it."""
     cap = features.max_tokens
+    share = None
     if history is not None and history.count >= MIN_SAMPLES:
         p50, p90, p95 = history.quantile(0.5), history.quantile(0.9), history.quantile(0.95)
         source: Literal["history", "prior"] = "history"
+        if short_threshold is not None:
+            share = history.share_within(short_threshold)
     else:
         p90 = UNKNOWN_P90
         if features.tools:
@@ -154,7 +163,7 @@ def predict(features: LengthFeatures, history: LengthHistory | None) -> Predicti
         source = "prior"
     if cap is not None:
         p50, p90, p95 = min(p50, cap), min(p90, cap), min(p95, cap)
-    return Prediction(p50, p90, p95, source)
+    return Prediction(p50, p90, p95, source, share)
 
 
 PoolKind = Literal["any", "short", "long"]
@@ -168,6 +177,8 @@ class PoolOption:
     kind: PoolKind
     short_threshold: int
     min_recall: float = 0.0
+    continue_long: bool = False  # a short pool: answers that may be cut start here (``policies.continuation``)
+    long_when_short_below: float = 0.2
 
 
 class ShortRecall:

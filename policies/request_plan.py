@@ -34,6 +34,7 @@ class CallPlan:
     ask_usage: bool  # add stream_options.include_usage and hide the usage event the client did not ask for
     answer_cache: bool  # the tenant stores answers: look this one up and store it, if the body qualifies
     announce_pool: bool  # say which pool took it (x-prefixgate-pool)
+    priority: int | None = None  # vLLM's priority to send (the predicted output tokens), unless the client sent one
 
 
 @dataclass(slots=True)
@@ -45,16 +46,17 @@ class ShapedBody:
 
 
 def plan_call(view: RequestView, body: dict[str, Any], *, salt: SaltPolicy, caps: TokenCaps | None,
-              engine_usage: bool, answers: bool, announce_pool: bool) -> CallPlan:
+              engine_usage: bool, answers: bool, announce_pool: bool, priority: int | None = None) -> CallPlan:
     """The plan for a chat or completions request. ``engine_usage``: the pool's engines report a
     stream's usage only when asked (vLLM; a litellm pool counts its own); ``answers``: the tenant
-    stores answers and the gateway has a store."""
+    stores answers and the gateway has a store; ``priority``: the pool sends priority hints, this one."""
     return CallPlan(
         caps=caps,
         salt=salt.upstream_salt(body.get("cache_salt")),
         ask_usage=view.stream and not view.include_usage and engine_usage,
         answer_cache=answers,
         announce_pool=announce_pool,
+        priority=priority if "priority" not in body else None,
     )
 
 
@@ -81,6 +83,10 @@ def shape_body(raw: bytes, body: dict[str, Any], changed: bool, plan: CallPlan) 
             body, changed = {**body, "stream_options": options}, True
         else:
             raw = with_field(raw, b"stream_options", USAGE_OPTION)
+    if plan.priority is not None:  # the parsed body gains it too: the answer cache keys on it
+        body = {**body, "priority": plan.priority}
+        if not changed:
+            raw = with_field(raw, b"priority", str(plan.priority).encode())
     if changed:
         raw = orjson.dumps(body)
     return ShapedBody(raw, body, capped, plan.answer_cache and cacheable(body))

@@ -63,7 +63,7 @@ class Gateway:
         answers = AnswerStore(tiered_cache(config.redis, "answers", metrics, clock)) if wants_answers else None
         limiter = open_limiter(config.redis, metrics.limiter_unavailable, clock)
         admission = Admission(limiter, TokenCounter(config.tokenizer), metrics, predicts=upstreams.routes_by_length,
-                              on_length=upstreams.observe_length)
+                              on_length=upstreams.observe_length, short_threshold=upstreams.short_threshold)
         access_log = None
         if config.access_log.enabled:
             access_log = AccessLog(config.access_log.path, prompts=config.access_log.prompts)

@@ -80,8 +80,9 @@ class LengthBook:
 
 class Admission:
     def __init__(self, limiter: Limiter, counter: TokenCounter, metrics: Metrics, *, predicts: bool,
-                 on_length: LengthObserver | None = None) -> None:
+                 on_length: LengthObserver | None = None, short_threshold: int | None = None) -> None:
         self.limiter = limiter
+        self.short_threshold = short_threshold  # a prediction says the share of its history within it
         self.on_length = on_length  # told each answer's model, predicted p90 and length
         self.counter = counter
         self.metrics = metrics
@@ -116,7 +117,7 @@ class Admission:
         features = features_of(body, requested_output(body)[1])
         chat = _prompt_field(body) != "prompt"  # a Responses conversation is a chat
         key = length_key(pieces, chat, tenant_name, str(body.get("model", "")), features.json_answer)
-        return key, step_of(pieces, chat), predict(features, self.book.get(key))
+        return key, step_of(pieces, chat), predict(features, self.book.get(key), self.short_threshold)
 
     async def charge(self, tenant_name: str, tenant: TenantAdmission, admitted: Admitted, body: dict[str, Any],
                      headers: list[tuple[bytes, bytes]]) -> None:

@@ -5,6 +5,11 @@ client that leaves while queued gives up its place at once. Whatever happens, th
 replica are given back, the request is recorded once, and admission's hold is settled once; and whatever
 refuses or fails on the way (a refusal of any kind, a bug) reaches the client as OpenAI's error JSON while
 nothing went out, else as the stream's last event, an SSE error.
+
+A call that starts short (``Continuation``) may take two legs: when the short pool's engine stops the answer at
+the pool's threshold, the call gives back that pool's slot and replica and enters the long pool with the
+continuation, under the same rules (queue, overflow, one retry before the first byte); the client sees one
+answer (``ContinuedAnswer``).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import dataclass
 from time import perf_counter
 
 from starlette.types import Message, Receive, Scope, Send
@@ -22,7 +28,9 @@ from policies.refusals import InternalError, Refusal, Refused, Shed, ShuttingDow
 from proxy.admission.pool_gate import PoolGate
 from proxy.admission.request_admission import AdmissionHold
 from proxy.caches.answers import AnswerToStore
-from proxy.calls.exchange import CLIENT_CLOSED, SSE_HEADERS, Exchange, Outcome, Outgoing
+from proxy.calls.continued_answer import ContinuedAnswer
+from proxy.calls.exchange import SSE_HEADERS, Exchange
+from proxy.calls.outgoing import CLIENT_CLOSED, Outcome, Outgoing
 from proxy.observability.request_record import RequestRecord
 from proxy.retrieval.fallback import send_passages_answer
 from proxy.upstream.litellm_pool import LitellmPool
@@ -35,15 +43,26 @@ from proxy.wire.sse_keepalive import KeepAlive
 log = logging.getLogger("prefixgate")
 
 
+@dataclass(frozen=True, slots=True)
+class Continuation:
+    """How a call that starts short goes on: the long pool, and the long leg as planned for a pool (that one,
+    or the pool it overflows to) from the short leg's text."""
+
+    answer: ContinuedAnswer
+    long: Pool
+    leg: Callable[[Pool, ContinuedAnswer], Outgoing]
+
+
 class UpstreamCall:
     """An ASGI response that performs the upstream call when it is called."""
 
-    __slots__ = ("answer", "hold", "keepalive", "out", "outcome", "pool", "record", "replan", "slot", "taken_at",
-                 "tenant")
+    __slots__ = ("answer", "continuation", "hold", "keepalive", "out", "outcome", "pool", "record", "replan", "slot",
+                 "taken_at", "tenant", "worked")
 
     def __init__(self, pool: Pool, out: Outgoing, *, tenant: str, record: RequestRecord,
                  hold: AdmissionHold | None = None, answer: AnswerToStore | None = None,
-                 replan: Callable[[Pool], tuple[Outgoing, AnswerToStore | None]] | None = None) -> None:
+                 replan: Callable[[Pool], tuple[Outgoing, AnswerToStore | None]] | None = None,
+                 continuation: Continuation | None = None) -> None:
         self.pool = pool
         self.out = out
         self.replan = replan  # the request (and its answer-cache slot) as planned for the overflow pool
@@ -55,6 +74,8 @@ class UpstreamCall:
         self.slot: PoolGate | None = None  # the gate a slot is held of, until the call ends
         self.taken_at: float | None = None  # when a replica first took it (perf_counter)
         self.keepalive: KeepAlive | None = None  # ticks while a stream waits for its first chunk
+        self.continuation = continuation  # where the answer goes on if the short pool's engine cuts it
+        self.worked = False  # an earlier leg's engine wrote part of the answer
 
     @property
     def committed(self) -> bool:
@@ -94,7 +115,7 @@ class UpstreamCall:
         self.record.called(outcome.status, replica=replica, usage=outcome.usage, taken_at=self.taken_at,
                            streamed=outcome.streamed, body=self.out.body)
         if self.hold is not None:
-            if outcome.replica is None and self.pool.has_replicas:  # no engine work was done
+            if outcome.replica is None and self.pool.has_replicas and not self.worked:  # no engine work was done
                 await self.hold.give_back()
             else:
                 await self.hold.settle(self.pool.name, outcome.usage)
@@ -122,6 +143,8 @@ class UpstreamCall:
                     exchange = Exchange(self.pool, self.outcome.replica, self.out, self.outcome, self.record,
                                         self.keepalive, self.answer)
                     await exchange.run(send, watch)
+                    if self.continuation is not None and self.continuation.answer.continuing:
+                        await self._continue(send, watch, self.continuation)
                 return
         except ClientDisconnected:  # nobody is left to answer; any other OSError is a failure to answer for
             raise
@@ -131,6 +154,34 @@ class UpstreamCall:
             log.exception("unexpected error in the upstream call to pool %s", self.pool.name)
             refusal = InternalError()
         await self._refuse(send, watch, refusal)
+
+    async def _continue(self, send: Send, watch: DisconnectWatch, continuation: Continuation) -> None:
+        """The short leg was cut: give back its slot and replica, enter the long pool (or its overflow) with
+        the continuation, and relay the long leg into the same answer; raises the refusal that stops it."""
+        self._leave()
+        self.worked = True
+        answer = continuation.answer
+        answer.long_leg()
+        self.pool, self.out = continuation.long, continuation.leg(continuation.long, answer)
+        self.replan = lambda pool: (continuation.leg(pool, answer), None)
+        self.record.pool = self.pool.name
+        refusal = await self._enter_or_overflow()
+        if refusal is not None:
+            raise Refused(refusal)
+        assert self.outcome.replica is not None
+        exchange = Exchange(self.pool, self.outcome.replica, self.out, self.outcome, self.record, None, None,
+                            head_sent=self.out.stream)
+        await exchange.run(send, watch)
+        self.record.metrics.continued(self.pool.name, self.tenant, answer.seam_gap, answer.prefilled)
+
+    def _leave(self) -> None:
+        """Give back the replica and the slot a leg held."""
+        if self.outcome.replica is not None:
+            self.outcome.replica.release()
+            self.outcome.replica = None
+        if self.slot is not None:
+            self.slot.release()
+            self.slot = None
 
     async def _enter_or_overflow(self) -> Shed | None:
         """Enter the pool; if it sheds the request, enter its overflow pool instead (once), with the call

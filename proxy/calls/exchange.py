@@ -11,7 +11,6 @@ connection at once. What it learns (status, usage, stream time) goes into the ca
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from time import perf_counter
 
 import orjson
@@ -22,7 +21,7 @@ from policies.refusals import UpstreamFailed, UpstreamFailure
 from policies.retry import retry_within_budget, retryable
 from policies.usage import hide_usage_events, stream_events, streamed_completion_tokens, usage_in
 from proxy.caches.answers import AnswerToStore
-from proxy.calls.answer_tap import AnswerTap
+from proxy.calls.outgoing import CLIENT_CLOSED, Outcome, Outgoing
 from proxy.observability.request_record import RequestRecord
 from proxy.retrieval.fallback import send_passages_answer
 from proxy.transports.base import Reply, UpstreamBroken, UpstreamError, UpstreamTimeout, UpstreamUnreachable
@@ -33,39 +32,12 @@ from proxy.wire.errors import openai_error, sse_error_event
 from proxy.wire.sse_keepalive import KeepAlive
 
 MIN_RETRY_CONCURRENCY = 3  # retries a pool may run at once however few requests it has
-CLIENT_CLOSED = 499  # nginx's code for "client closed the request", used in metrics only
 _DONE = b"data: [DONE]"
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),  # tell nginx-style proxies in front not to buffer the stream
 ]
-
-
-@dataclass(slots=True)
-class Outgoing:
-    """The request as it goes upstream, decided by the route."""
-
-    path: str  # appended to the replica's base URL (…/v1)
-    body: bytes
-    stream: bool
-    model: str
-    key: int | None  # the prompt's affinity key, for the replica choice
-    headers: list[tuple[bytes, bytes]]  # prefixgate's own response headers, added to the upstream's
-    fallback: str | None = None  # retrieved evidence to answer with if the model cannot
-    hide_usage: bool = False  # the gateway asked for the stream's usage event; the client did not
-    held: list[int] | None = None  # per replica, the prompt's leading blocks its engine holds (balance kv_events)
-    tap: AnswerTap | None = None  # reads the answer in place of chat's framing (the Responses API)
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What the client was answered: filled in as the call goes."""
-
-    status: int = CLIENT_CLOSED
-    usage: tuple[int | None, int | None] = (None, None)  # (prompt, completion) tokens, where known
-    streamed: float | None = None  # seconds from a stream's first chunk to its last
-    replica: Replica | None = field(default=None)  # the replica that holds the request (after any retry)
 
 
 def _failure_kind(error: UpstreamError) -> UpstreamFailure:
@@ -75,10 +47,10 @@ def _failure_kind(error: UpstreamError) -> UpstreamFailure:
 
 
 class Exchange:
-    __slots__ = ("answer", "keepalive", "out", "outcome", "pool", "record", "replica")
+    __slots__ = ("answer", "head_sent", "keepalive", "out", "outcome", "pool", "record", "replica")
 
     def __init__(self, pool: Pool, replica: Replica, out: Outgoing, outcome: Outcome, record: RequestRecord,
-                 keepalive: KeepAlive | None, answer: AnswerToStore | None) -> None:
+                 keepalive: KeepAlive | None, answer: AnswerToStore | None, *, head_sent: bool = False) -> None:
         self.pool = pool
         self.replica = replica  # the one that holds the request: the first one taken, or a retry's
         self.out = out
@@ -86,11 +58,13 @@ class Exchange:
         self.record = record
         self.keepalive = keepalive  # ticks while a stream waits for its first chunk
         self.answer = answer  # where to store this answer for exact repeats
+        self.head_sent = head_sent  # the continuation of a stream: its status line and first events went out
 
     @property
     def committed(self) -> bool:
-        """A keep-alive has sent the status line: what follows can only be SSE events."""
-        return self.keepalive is not None and self.keepalive.started
+        """The status line went out (a keep-alive's, or an earlier leg's): what follows can only be SSE
+        events."""
+        return self.head_sent or (self.keepalive is not None and self.keepalive.started)
 
     async def run(self, send: Send, watch: DisconnectWatch) -> None:
         timeouts = self.pool.timeouts
@@ -108,12 +82,13 @@ class Exchange:
                     await self.keepalive.stop()
                 deadline.reschedule(now + timeouts.total)
                 if streaming:
-                    await self._relay_stream(send, watch, reply, first)
-                elif self.committed:
-                    await self._relay_error_event(send, watch, reply)
+                    complete = await self._relay_stream(send, watch, reply, first)
                 else:
-                    await self._relay_whole(send, watch, reply)
-                complete = True
+                    if self.committed:
+                        await self._relay_error_event(send, watch, reply)
+                    else:
+                        await self._relay_whole(send, watch, reply)
+                    complete = True
         except (UpstreamError, TimeoutError) as exc:
             error = exc if isinstance(exc, UpstreamError) else UpstreamTimeout(
                 "no first byte in time" if waiting else "total timeout")
@@ -205,7 +180,10 @@ class Exchange:
     async def _relay_whole(self, send: Send, watch: DisconnectWatch, reply: Reply) -> None:
         body = await reply.read()
         if reply.status == 200 and self.out.tap is not None:
-            body, self.outcome.usage = await self.out.tap.whole(body)
+            tapped, self.outcome.usage = await self.out.tap.whole(body)
+            if tapped is None:  # the answer goes on in another leg: nothing goes out yet
+                return
+            body = tapped
         elif reply.status == 200:
             self.outcome.usage = usage_in(body)
             if self.answer is not None:
@@ -246,14 +224,17 @@ class Exchange:
         watch.finished = True
         await send({"type": "http.response.body", "body": event, "more_body": False})
 
-    async def _relay_stream(self, send: Send, watch: DisconnectWatch, reply: Reply, first: bytes) -> None:
+    async def _relay_stream(self, send: Send, watch: DisconnectWatch, reply: Reply, first: bytes) -> bool:
+        """Relay the stream; False where the tap cut it off (the rest of the reply is not read)."""
         self.outcome.status = 200
         if not self.committed:
             headers = [*SSE_HEADERS, *self.out.headers] if self.out.headers else SSE_HEADERS
             await send({"type": "http.response.start", "status": 200, "headers": headers})
-        first_at = perf_counter()
-        if first:
-            self.record.metrics.observe_ttft(self.record.route, first_at - self.record.started)
+        first_at = self.outcome.first_chunk
+        if first_at is None:
+            first_at = self.outcome.first_chunk = perf_counter()
+            if first:
+                self.record.metrics.observe_ttft(self.record.route, first_at - self.record.started)
         chunk = first
         tail = b""
         kept: list[bytes] | None = [] if self.answer is not None else None  # for the answer store
@@ -272,6 +253,8 @@ class Exchange:
                 chunk, held = hide_usage_events(held + chunk if held else chunk)
             if chunk:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if tap is not None and tap.cut_off:
+                break
             chunk = await reply.next_chunk()
         if held:
             await send({"type": "http.response.body", "body": held, "more_body": True})
@@ -280,10 +263,14 @@ class Exchange:
             self.outcome.usage = tap.stream_usage(events)
             if not tap.ended:
                 raise UpstreamBroken("stream closed before its last event")
-            await tap.stream_done()
+            last, ends = await tap.stream_done()
+            if not ends:  # the answer goes on in another leg
+                if last:
+                    await send({"type": "http.response.body", "body": last, "more_body": True})
+                return True
             watch.finished = True
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-            return
+            await send({"type": "http.response.body", "body": last, "more_body": False})
+            return not tap.cut_off
         prompt, completion = usage_in(tail)  # present when the client asked for include_usage
         self.outcome.usage = (prompt, completion if completion is not None else streamed_completion_tokens(events))
         if _DONE not in tail:
@@ -292,3 +279,4 @@ class Exchange:
             await self._store(completion_from_stream(b"".join(kept)))
         watch.finished = True
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return True

@@ -222,7 +222,23 @@ class PoolConfig(UpstreamConfig):
     requests go to the less loaded of this pool and the long pool, as one pool. A short answer in the long pool waits
     behind long ones, so when more than one in twenty land there the split makes short answers' p95 worse than one
     pool (docs/benchmarks.md). `prefixgate_length_short_recall` and `prefixgate_length_split` show the state.
-    0: always split"""
+    0: always split. With `continue_long` it applies only to the requests that may not be cut"""
+    continue_long: bool = True
+    """with `output: short`: start short, continue long. A plain-text answer (no tools, `response_format`, guided
+    decoding, `n` > 1, `logprobs`, `echo` or `best_of`) starts in this pool with its output capped at
+    `short_threshold`, unless its template's history says a short answer is unlikely (`long_when_short_below`);
+    when this pool's engine stops it there and the client allowed more, the long pool writes the rest
+    (`continue_final_message`) and the client sees one answer: one id, no text lost or repeated, summed usage,
+    stop strings honoured across the seam. A misplaced long answer costs one more prefill of its prompt and
+    `short_threshold` tokens on the long pool. `prefixgate_continued_total`, `prefixgate_continuation_seam_seconds`
+    and `prefixgate_continuation_prefill_tokens_total` show it. false: route every request by its predicted p90"""
+    long_when_short_below: float = Field(0.2, ge=0, le=1)
+    """with `continue_long`: a request goes straight to the long pool when, of its template's recent answers (once 8
+    are known), fewer than this share fit `short_threshold`; templates not yet known start short"""
+    priority_hints: bool = False
+    """send vLLM's `priority` with each request: its predicted output tokens (p50), so an engine started with
+    `--scheduling-policy priority` takes the shortest-predicted waiting request first. A client's own `priority`
+    is kept. Engines without that flag refuse the field: turn it on only with it"""
     max_in_flight: int | None = Field(None, ge=1)
     """backpressure: most requests in flight per replica (the pool's cap is this times its replicas); past it requests
     wait in the pool's queue. None: no cap, no queue"""

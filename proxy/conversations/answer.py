@@ -32,6 +32,7 @@ class ResponsesAnswer:
     """One Responses request's answer, as the relay sees it (the ``AnswerTap`` an ``Outgoing`` carries)."""
 
     __slots__ = ("_final", "_held", "_previous", "_tail", "body", "store", "tenant")
+    cut_off = False  # a Responses answer is read to the engine's end
 
     def __init__(self, store: ResponseStore | None, tenant: str, body: dict[str, Any], previous: str | None) -> None:
         self.store = store  # None: ``store: false``, keep nothing
@@ -69,11 +70,13 @@ class ResponsesAnswer:
         prompt, completion = usage_in(b"".join(self._final), RESPONSES_USAGE) if self._final else (None, None)
         return prompt, completion if completion is not None else streamed_completion_tokens(events)
 
-    async def stream_done(self) -> None:
-        """The stream ended whole: keep its response (the last event's ``response``)."""
-        if self.store is None or self._final is None:
-            return
-        event = b"".join(self._final)
+    async def stream_done(self) -> tuple[bytes, bool]:
+        """The stream ended whole: keep its response (the last event's ``response``); nothing more to send."""
+        if self.store is not None and self._final is not None:
+            await self._keep_final(b"".join(self._final))
+        return b"", True
+
+    async def _keep_final(self, event: bytes) -> None:
         start = event.find(b"data:")
         try:
             response = orjson.loads(event[start + 5:]).get("response") if start >= 0 else None

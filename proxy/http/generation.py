@@ -19,6 +19,7 @@ from time import perf_counter
 from starlette.types import Receive, Scope, Send
 
 from policies.answer_cache import answer_key
+from policies.continuation import continuable
 from policies.input_limits import check_input_limits
 from policies.prompt import rewrite_chat
 from policies.refusals import InternalError, Refused
@@ -30,9 +31,11 @@ from proxy.admission.request_admission import AdmissionHold, Admitted
 from proxy.auth.tenants import TenantPolicy
 from proxy.caches.answers import AnswerToStore, send_stored_answer
 from proxy.calls.call import UpstreamCall
-from proxy.calls.exchange import CLIENT_CLOSED, Outgoing
+from proxy.calls.continued_answer import ContinuedAnswer
+from proxy.calls.outgoing import CLIENT_CLOSED, Outgoing
 from proxy.gateway import Gateway
 from proxy.http.body import ClientGone, decode_json, read_body
+from proxy.http.continuation_steps import long_leg_out, starts_short
 from proxy.http.prompt import Planned, Prompt
 from proxy.http.responses_steps import check_pool, recall, responses_answer, shape_responses
 from proxy.observability.request_record import RequestRecord
@@ -83,7 +86,7 @@ class GenerationRoute:
 class Preparation:
     """One request's way from its headers to an ``UpstreamCall``; each step is one method."""
 
-    __slots__ = ("admitted", "endpoint", "gateway", "headers", "mark", "record")
+    __slots__ = ("admitted", "endpoint", "gateway", "headers", "mark", "reason", "record")
 
     def __init__(self, gateway: Gateway, endpoint: Endpoint, record: RequestRecord) -> None:
         self.gateway = gateway
@@ -92,19 +95,20 @@ class Preparation:
         self.mark = record.started  # when the current stage began
         self.admitted: Admitted | None = None  # held until the answer ends, or given back
         self.headers: list[tuple[bytes, bytes]] = []  # prefixgate's own response headers
+        self.reason = "model"  # why the pool was chosen (``PoolReason``)
 
     async def run(self, headers: RequestHeaders, receive: Receive, send: Send) -> UpstreamCall | None:
         tenant = self.authenticate(headers)
         view, raw = await self.read(headers, receive)
         if self.endpoint == "embeddings":
-            pool = self.choose_pool(view, headers)
+            pool = self.choose_pool(view, headers, None)
             return self.call(pool, view, tenant, Prompt(raw, view.body), None, None, headers)
         prompt = Prompt(raw, view.body)
         if self.endpoint == "responses":
             await recall(self.gateway, prompt, tenant)
         await self.shape_prompt(prompt, tenant, headers)
         self.admit(prompt, tenant)
-        pool = self.choose_pool(view, headers)
+        pool = self.choose_pool(view, headers, prompt)
         if self.endpoint == "responses":
             check_pool(pool)
         planned = self.plan(view, prompt, tenant, pool, headers)
@@ -181,13 +185,17 @@ class Preparation:
         self.admitted = admission.prepare(tenant.admission, prompt.body, prompt.changed, prompt.pieces, tenant.name)
         prompt.body, prompt.changed = self.admitted.body, self.admitted.changed
 
-    def choose_pool(self, view: RequestView, headers: RequestHeaders) -> Pool:
-        admitted = self.admitted
-        predicted = admitted.prediction.p90 if admitted is not None and admitted.prediction is not None else None
-        pool, reason = self.gateway.upstreams.pool_for(view.model, embeddings=self.endpoint == "embeddings",
-                                                       predicted_p90=predicted, named=headers.pool)
+    def choose_pool(self, view: RequestView, headers: RequestHeaders, prompt: Prompt | None) -> Pool:
+        """The pool by name, by the predicted output length (or to start short: ``choose_pool``), by model."""
+        prediction = self.admitted.prediction if self.admitted is not None else None
+        known = prediction is not None and prompt is not None
+        pool, reason = self.gateway.upstreams.pool_for(
+            view.model, embeddings=self.endpoint == "embeddings", named=headers.pool,
+            predicted_p90=prediction.p90 if prediction is not None else None,
+            short_share=prediction.short_share if prediction is not None else None,
+            continuable=known and continuable(prompt.body, self.endpoint))  # type: ignore[union-attr]
+        self.reason, self.record.pool = reason, pool.name
         self.gateway.metrics.pool_chosen(pool.name, reason)
-        self.record.pool = pool.name
         return pool
 
     def plan(self, view: RequestView, prompt: Prompt, tenant: TenantPolicy, pool: Pool,
@@ -195,10 +203,12 @@ class Preparation:
         """The call as ``pool`` takes it (its caps, the cache salt, whether its engines are asked for a
         stream's usage: ``plan_call``) and the body it gets (``shape_body``); raises its caps' refusal."""
         gateway, chat_like = self.gateway, self.endpoint != "responses"  # a Responses answer carries its usage
+        prediction = self.admitted.prediction if self.admitted is not None else None
         plan = plan_call(view, prompt.body, salt=tenant.salt, caps=pool.caps(tenant.admission.caps.action),
                          engine_usage=chat_like and not pool.counts_usage_itself,
                          answers=chat_like and tenant.answer_ttl is not None and gateway.answers is not None,
-                         announce_pool=gateway.upstreams.routes_by_length or headers.pool is not None)
+                         announce_pool=gateway.upstreams.routes_by_length or headers.pool is not None,
+                         priority=prediction.p50 if pool.priority_hints and prediction is not None else None)
         shaped = shape_body(prompt.raw, prompt.body, prompt.changed, plan)
         if isinstance(shaped, Rejection):
             raise Refused(shaped)
@@ -244,10 +254,21 @@ class Preparation:
         replan = None
         if planned is not None and pool.overflow is not None:  # embeddings' calls are the same in any pool
             replan = partial(self.replan, view, tenant, prompt, headers)
+        continuation = starts_short(self.gateway.upstreams, self.endpoint, pool, view, prompt, planned, out,
+                                    partial(self.long_leg, view, tenant, prompt, headers)) \
+            if planned is not None and self.reason not in ("named", "merged") else None
+        answer = answer if continuation is None else None  # a cut answer is not stored for exact repeats
         hold = AdmissionHold(self.gateway.admission, self.admitted) if self.admitted is not None else None
         self.admitted = None  # the call settles it from here
         return UpstreamCall(pool, out, tenant=tenant.name, record=self.record, hold=hold, answer=answer,
-                            replan=replan)
+                            replan=replan, continuation=continuation)
+
+    def long_leg(self, view: RequestView, tenant: TenantPolicy, prompt: Prompt, headers: RequestHeaders, pool: Pool,
+                 answer: ContinuedAnswer) -> Outgoing:
+        """The continuation as it goes to ``pool``: the request as planned for that pool (``plan``; raises
+        its caps' refusal), with the short leg's text to continue from (``long_leg_out``)."""
+        planned = self.plan(view, prompt, tenant, pool, headers)
+        return long_leg_out(self.endpoint, self.record.route, pool, view, prompt, planned, answer, self.headers)
 
     def replan(self, view: RequestView, tenant: TenantPolicy, prompt: Prompt, headers: RequestHeaders,
                pool: Pool) -> tuple[Outgoing, AnswerToStore | None]:

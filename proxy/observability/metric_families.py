@@ -109,8 +109,9 @@ class RoutingFamilies:
             ),
             pool_choices=kinds.counter(
                 "prefixgate_pool_choices", "Requests by the pool that took them and why: model (the first pool "
-                "serving the model), length (predicted output length), named (x-prefixgate-pool), overflow (the "
-                "chosen pool shed it); the first three are counted before admission.",
+                "serving the model), length (predicted output length), start_short (a short pool that continues long, "
+                "for an answer that may be cut), merged (short and long taken as one), named (x-prefixgate-pool), "
+                "overflow (the chosen pool shed it); all but overflow are counted before admission.",
                 ["pool", "reason"], registry=registry,
             ),
             replica_choices=kinds.counter(
@@ -208,4 +209,32 @@ class PromptFamilies:
                 "Redis-backed caches: reads Redis answered (shared_hit), failed calls (error).",
                 ["cache", "event"], registry=registry,
             ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ContinuationFamilies:
+    """Answers cut in a short pool and continued in the long pool (``continue_long``): how many, the seam's
+    gap, the prompt tokens sent again."""
+
+    continued: CounterFamily
+    seam: HistogramFamily
+    prefilled_again: CounterFamily
+
+    @classmethod
+    def register(cls, registry: CollectorRegistry, kinds: MetricKinds) -> ContinuationFamilies:
+        return cls(
+        continued=kinds.counter(
+            "prefixgate_continued", "Answers a short pool's engine cut at its threshold and the long pool "
+            "continued (continue_long), by the long pool and tenant.", ["pool", "tenant"], registry=registry,
+        ),
+        seam=kinds.histogram(
+            "prefixgate_continuation_seam_seconds", "From the short leg's last token to the long leg's first, "
+            "of continued answers, by the long pool.", ["pool"], buckets=LATENCY_BUCKETS, registry=registry,
+        ),
+        prefilled_again=kinds.counter(
+            "prefixgate_continuation_prefill_tokens", "Prompt tokens the long pool's engines were sent to "
+            "continue answers (the prompt and the short leg's text; what their prefix caches held included).",
+            ["pool"], registry=registry,
+        ),
         )

@@ -13,7 +13,12 @@ from prometheus_client.multiprocess import mark_process_dead
 
 from proxy.observability.connection_metrics import ConnectionMetrics
 from proxy.observability.load_metrics import LoadCollector, LoadGauges
-from proxy.observability.metric_families import PromptFamilies, RoutingFamilies, TrafficFamilies
+from proxy.observability.metric_families import (
+    ContinuationFamilies,
+    PromptFamilies,
+    RoutingFamilies,
+    TrafficFamilies,
+)
 from proxy.observability.tallies import LOCAL_KINDS, SHARED_KINDS, CounterChild, HistogramChild
 from proxy.observability.worker_metrics import forget_dead_workers, multiprocess_dir, render_all_workers
 
@@ -36,6 +41,7 @@ class Metrics:
         kinds = LOCAL_KINDS if self._folder is None else SHARED_KINDS
         self._traffic = TrafficFamilies.register(self.registry, kinds)
         self._routing = RoutingFamilies.register(self.registry, kinds)
+        self._continuation = ContinuationFamilies.register(self.registry, kinds)
         self._prompt = PromptFamilies.register(self.registry, kinds)
         self.load: LoadCollector | LoadGauges
         if self._folder is None:
@@ -166,6 +172,14 @@ class Metrics:
 
     def held_at_choice(self, pool: str, tokens: int) -> None:
         self._routing.held_tokens.labels(pool).observe(tokens)
+
+    def continued(self, pool: str, tenant: str, seam: float | None, prefilled: int | None) -> None:
+        """An answer went on in the long pool ``pool``: the seam's gap and the prompt tokens sent again."""
+        self._continuation.continued.labels(pool, self.tenant_label(tenant)).inc()
+        if seam is not None:
+            self._continuation.seam.labels(pool).observe(seam)
+        if prefilled is not None:
+            self._continuation.prefilled_again.labels(pool).inc(prefilled)
 
     def shed(self, pool: str, reason: str) -> None:
         self._routing.shed.labels(pool, reason).inc()

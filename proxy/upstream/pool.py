@@ -85,13 +85,16 @@ class Pool:
         self._affinity_chars = config.affinity_chars
         self.option = PoolOption(name, "any", 0)
         self.recall: ShortRecall | None = None  # a short pool's: how many short answers its prediction catches
+        self.priority_hints = False  # send vLLM's priority: the predicted output tokens
         self.max_tokens_limit: int | None = None
         self.max_tokens_default: int | None = None
         self.gate: PoolGate | None = None  # set when the pool caps its in-flight requests
         self.stream_keepalive: float | None = None  # seconds between SSE comments while a stream waits
         self.overflow: Pool | None = None  # where requests this pool sheds go instead
         if isinstance(config, PoolConfig):
-            self.option = PoolOption(name, config.output, config.short_threshold, config.min_recall)
+            self.option = PoolOption(name, config.output, config.short_threshold, config.min_recall,
+                                     config.continue_long, config.long_when_short_below)
+            self.priority_hints = config.priority_hints
             if config.output == "short":
                 self.recall = ShortRecall(config.short_threshold)
             self.max_tokens_limit, self.max_tokens_default = config.max_tokens_limit, config.max_tokens_default

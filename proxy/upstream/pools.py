@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-from policies.pool_choice import PoolReason, choose_pool
+from policies.pool_choice import PoolReason, choose_pool, long_pool
 from policies.refusals import Refused
 from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.gateway import Config
@@ -41,6 +41,8 @@ class Upstreams:
                 self.by_name[pool_config.name].overflow = self.by_name[pool_config.overflow_to]
         self.routes_by_length = any(pool.option.kind == "short" for pool in self.pools)
         self.short_pools = [pool for pool in self.pools if pool.recall is not None]
+        # what a prediction's short share is measured against: the smallest short threshold
+        self.short_threshold = min((pool.option.short_threshold for pool in self.short_pools), default=None)
 
     def start_checks(self) -> None:
         """Active health checks for the pools of several replicas that ask for them; engine readings."""
@@ -57,14 +59,23 @@ class Upstreams:
             yield self.embeddings
 
     def pool_for(self, model: str, *, embeddings: bool = False, predicted_p90: int | None = None,
-                 named: str | None = None) -> tuple[Pool, PoolReason]:
+                 named: str | None = None, short_share: float | None = None,
+                 continuable: bool = False) -> tuple[Pool, PoolReason]:
         """The pool for a request and why (``choose_pool``); raises the refusal when none serves it."""
         choice = choose_pool(self.pools, model, by_name=self.by_name,
                              embeddings=self.embeddings if embeddings else None, named=named,
-                             predicted_p90=predicted_p90, routes_by_length=self.routes_by_length)
+                             predicted_p90=predicted_p90, routes_by_length=self.routes_by_length,
+                             short_share=short_share, continuable=continuable)
         if not isinstance(choice, tuple):
             raise Refused(choice)
         return choice
+
+    def continues_in(self, short: Pool, model: str) -> Pool | None:
+        """The pool where ``short``'s cut answers to ``model`` go on, if it continues them."""
+        if short.option.kind != "short" or not short.option.continue_long:
+            return None
+        serving = [pool for pool in self.pools if pool.serves(model)] or [p for p in self.pools if p.catch_all]
+        return long_pool(serving, short)
 
     def observe_length(self, model: str, predicted_p90: int, actual: int) -> None:
         """An answer ended: the short pools that serve its model learn whether its prediction caught it."""

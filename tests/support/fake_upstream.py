@@ -73,11 +73,10 @@ def _usage_chunk(prompt: int, completion: int) -> bytes:
 
 _ROLE_CHUNK = _chunk(0, {"role": "assistant", "content": ""})
 _TOKEN_CHUNK = _chunk(0, {"content": " tok"})
-_FINAL_CHUNK = _chunk(0, {}, "length")
 _DONE = b"data: [DONE]\n\n"
 
 
-def _completion(tokens: int) -> bytes:
+def _completion(tokens: int, finish: str) -> bytes:
     return orjson.dumps({
         "id": "chatcmpl-fake",
         "object": "chat.completion",
@@ -87,7 +86,7 @@ def _completion(tokens: int) -> bytes:
             "index": 0,
             "message": {"role": "assistant", "content": " tok" * tokens},
             "logprobs": None,
-            "finish_reason": "length",
+            "finish_reason": finish,
         }],
         "usage": {"prompt_tokens": 12, "completion_tokens": tokens, "total_tokens": 12 + tokens},
     })
@@ -190,7 +189,7 @@ class FakeUpstream:
 
     async def _generate(self, request: dict[str, Any], receive: Any, send: Any) -> None:
         model = request.get("model")
-        tokens = int(request.get("fake_tokens", request.get("max_tokens") or 16))
+        tokens, finish = _answer_length(request)
         delay = float(request.get("fake_delay_ms", 0)) / 1000
         if model not in MODEL_NAMES:
             error = {"error": {"message": f"The model `{model}` does not exist.", "type": "NotFoundError",
@@ -212,7 +211,7 @@ class FakeUpstream:
             if delay:
                 await asyncio.sleep(delay * tokens)
             self.stats.completed += 1  # before the answer leaves: a client that has it may count on it
-            await _respond(send, 200, _completion(tokens))
+            await _respond(send, 200, _completion(tokens, finish))
             return
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})
@@ -221,14 +220,15 @@ class FakeUpstream:
         gone = asyncio.Event()  # uvicorn's send() is silent after a disconnect; receive() tells
         watcher = asyncio.get_running_loop().create_task(_wait_for_disconnect(receive, gone))
         try:
-            finished = await self._stream_tokens(request, model, tokens, delay, send, gone)
+            finished = await self._stream_tokens(request, model, tokens, finish, delay, send, gone)
         finally:
             watcher.cancel()
         if not finished:  # the proxy dropped the connection: what vLLM sees as an abort
             self.stats.disconnects += 1
 
     async def _stream_tokens(
-        self, request: dict[str, Any], model: str, tokens: int, delay: float, send: Any, gone: asyncio.Event
+        self, request: dict[str, Any], model: str, tokens: int, finish: str, delay: float, send: Any,
+        gone: asyncio.Event,
     ) -> bool:
         await send({"type": "http.response.body", "body": _ROLE_CHUNK, "more_body": True})
         size = request.get("fake_chunk_bytes")
@@ -246,12 +246,29 @@ class FakeUpstream:
                 self.stats.completed += 1
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return True
-        tail = _FINAL_CHUNK
+        tail = _chunk(0, {}, finish)
         if (request.get("stream_options") or {}).get("include_usage"):
             tail += _usage_chunk(12, tokens)
         self.stats.completed += 1  # before [DONE] leaves: a client that has it may count on it
         await send({"type": "http.response.body", "body": tail + _DONE, "more_body": False})
         return True
+
+
+def _answer_length(request: dict[str, Any]) -> tuple[int, str]:
+    """How many tokens the fake writes, and why it stops, as an engine would: ``fake_tokens`` is the
+    answer's natural length ("stop"; a continued answer, ``continue_final_message``, has the tokens of
+    its assistant text already), cut at the request's max_tokens ("length"). Without ``fake_tokens`` it
+    writes max_tokens (or 16) and says "length"."""
+    cap = request.get("max_completion_tokens") or request.get("max_tokens")
+    if "fake_tokens" not in request:
+        return int(cap or 16), "length"
+    tokens = int(request["fake_tokens"])
+    messages = request.get("messages") or []
+    if request.get("continue_final_message") and messages:
+        tokens = max(0, tokens - str(messages[-1].get("content", "")).count(" tok"))
+    if cap is not None and tokens >= int(cap):
+        return int(cap), "length"
+    return tokens, "stop"
 
 
 async def _respond(send: Any, status: int, body: bytes) -> None:

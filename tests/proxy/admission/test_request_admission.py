@@ -256,8 +256,8 @@ def test_requests_go_to_the_short_or_long_pool_by_predicted_length(
 ) -> None:
     short, long = short_and_long
     proxy = start_proxy({"pools": [pool("short", short.base_url, models=["fake-model"], output="short",
-                                        min_recall=0), pool("long", long.base_url, models=["fake-model"],
-                                                            output="long")]})
+                                        min_recall=0, continue_long=False),
+                                   pool("long", long.base_url, models=["fake-model"], output="long")]})
 
     def pool_of(body: dict, **headers: str) -> str:
         answer = httpx.post(proxy + "/v1/chat/completions", json=body, headers=headers)
@@ -288,8 +288,8 @@ def test_a_long_answer_in_the_short_pool_streams_whole_and_teaches_the_history(
     operators see it, and after a run of long answers the template goes to the long pool again."""
     short, long = short_and_long
     proxy = start_proxy({"pools": [pool("short", short.base_url, models=["fake-model"], output="short",
-                                        min_recall=0), pool("long", long.base_url, models=["fake-model"],
-                                                            output="long")]})
+                                        min_recall=0, continue_long=False),
+                                   pool("long", long.base_url, models=["fake-model"], output="long")]})
     for _ in range(8):
         assert httpx.post(proxy + "/v1/chat/completions", json=chat(fake_tokens=3)).status_code == 200
     with httpx.stream("POST", proxy + "/v1/chat/completions", json=chat(fake_tokens=400, stream=True)) as answer:
@@ -310,7 +310,8 @@ def test_the_split_waits_for_a_measured_recall_and_merges_the_pools_when_short_a
     answers showed that prediction catches them; a template whose answers straddle the threshold
     (predicted long, often short) drags the recall down and the two pools serve as one again."""
     short, long = short_and_long
-    proxy = start_proxy({"pools": [pool("short", short.base_url, models=["fake-model"], output="short"),
+    proxy = start_proxy({"pools": [pool("short", short.base_url, models=["fake-model"], output="short",
+                                        continue_long=False),
                                    pool("long", long.base_url, models=["fake-model"], output="long")]})
 
     def ask(body: dict) -> str:

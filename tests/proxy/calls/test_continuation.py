@@ -1,0 +1,136 @@
+"""Start short, continue long, through the gateway to two fake engines (a short pool and a long one) that
+answer as engines do: ``fake_tokens`` is an answer's natural length, cut at the request's max_tokens with
+``finish_reason: "length"``. The real engine's side (byte-for-byte equality with a direct answer, stop
+strings across the seam, aborts) is in tests/integration/test_continuation.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+
+import httpx
+import orjson
+import pytest
+
+from tests.support.configs import pool
+from tests.support.fake_server import FakeServer
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.metrics_text import sample_sum
+from tests.support.servers import serve_in_thread
+
+T = 8  # the short pool's threshold in these tests
+
+
+@pytest.fixture
+def pools() -> Iterator[tuple[FakeServer, FakeServer]]:
+    with ExitStack() as stack:
+        short, long = FakeUpstream(), FakeUpstream()
+        yield (FakeServer(stack.enter_context(serve_in_thread(short)), short),
+               FakeServer(stack.enter_context(serve_in_thread(long)), long))
+
+
+@pytest.fixture
+def gateway(pools: tuple[FakeServer, FakeServer], start_proxy: Callable[..., str]) -> str:
+    short, long = pools
+    return start_proxy({"pools": [pool("short", short.base_url, models=["fake-model"], output="short",
+                                       short_threshold=T),
+                                  pool("long", long.base_url, models=["fake-model"], output="long")]})
+
+
+def chat(system: str = "You are a chat app.", **fields: object) -> dict:
+    return {"model": "fake-model", "messages": [{"role": "system", "content": system},
+                                                {"role": "user", "content": "Hello there"}], **fields}
+
+
+def stream_events(gateway: str, body: dict) -> tuple[httpx.Headers, list[dict]]:
+    with httpx.stream("POST", gateway + "/v1/chat/completions", json={**body, "stream": True}) as answer:
+        assert answer.status_code == 200, answer.read()
+        lines = [line[6:] for line in answer.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]" and lines.count("[DONE]") == 1
+    return answer.headers, [orjson.loads(line) for line in lines[:-1]]
+
+
+def test_a_cut_stream_is_continued_in_the_long_pool_as_one_answer(
+        pools: tuple[FakeServer, FakeServer], gateway: str) -> None:
+    short, long = pools
+    headers, events = stream_events(gateway, chat(fake_tokens=20, stream_options={"include_usage": True}))
+    assert headers["x-prefixgate-pool"] == "short"
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
+    assert text == " tok" * 20  # nothing lost, nothing repeated
+    finishes = [e["choices"][0]["finish_reason"] for e in events if e["choices"] and e["choices"][0]["finish_reason"]]
+    assert finishes == ["stop"]  # the long leg's, once
+    assert {e["id"] for e in events} == {events[0]["id"]} and {e["created"] for e in events} == {events[0]["created"]}
+    assert [e for e in events if e["choices"] and "role" in e["choices"][0]["delta"]] == events[:1]
+    assert events[-1]["usage"] == {"prompt_tokens": 12, "completion_tokens": 20, "total_tokens": 32}
+    first, second = short.app.stats.last_body, long.app.stats.last_body
+    assert first is not None and second is not None
+    assert first["max_tokens"] == T and "continue_final_message" not in first
+    assert second["continue_final_message"] is True and second["add_generation_prompt"] is False
+    assert second["messages"][-1] == {"role": "assistant", "content": " tok" * T}
+    assert "max_tokens" not in second  # the client set none: the long leg writes the rest
+    assert first["cache_salt"] and second["cache_salt"] == first["cache_salt"]  # one tenant's cache, both legs
+    metrics = httpx.get(gateway + "/metrics").text
+    assert sample_sum(metrics, "prefixgate_continued_total", pool="long") == 1
+    assert sample_sum(metrics, "prefixgate_continuation_prefill_tokens_total", pool="long") == 12
+    assert sample_sum(metrics, "prefixgate_continuation_seam_seconds_count", pool="long") == 1
+    assert sample_sum(metrics, "prefixgate_pool_choices_total", pool="short", reason="start_short") == 1
+
+
+def test_a_cut_json_answer_is_joined_and_the_clients_cap_holds(
+        pools: tuple[FakeServer, FakeServer], gateway: str) -> None:
+    _, long = pools
+    answer = httpx.post(gateway + "/v1/chat/completions", json=chat(fake_tokens=30, max_tokens=20)).json()
+    assert answer["choices"][0]["message"]["content"] == " tok" * 20
+    assert answer["choices"][0]["finish_reason"] == "length"  # the client's own cap, reached in the long leg
+    assert answer["usage"]["completion_tokens"] == 20 and answer["usage"]["prompt_tokens"] == 12
+    assert long.app.stats.last_body is not None and long.app.stats.last_body["max_tokens"] == 20 - T
+    fits = httpx.post(gateway + "/v1/chat/completions", json=chat(fake_tokens=30, max_tokens=T)).json()
+    assert fits["choices"][0]["message"]["content"] == " tok" * T  # within the cut: one leg, as asked
+    assert long.app.stats.requests == 1
+
+
+def test_answers_that_may_not_be_cut_are_never_cut(pools: tuple[FakeServer, FakeServer], gateway: str) -> None:
+    short, long = pools
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    for fields in ({"tools": [tool]}, {"response_format": {"type": "json_object"}}, {"n": 2}, {"logprobs": True}):
+        answer = httpx.post(gateway + "/v1/chat/completions", json=chat(fake_tokens=30, max_tokens=100, **fields))
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["usage"]["completion_tokens"] == 30, fields
+    sent = [*short.app.stats.recent_bodies, *long.app.stats.recent_bodies]
+    assert len(sent) == 4 and all(body["max_tokens"] == 100 for body in sent)
+    assert not any(body.get("continue_final_message") for body in sent)
+
+
+def test_the_split_opens_within_each_apps_first_requests_and_follows_a_drift(
+        pools: tuple[FakeServer, FakeServer], gateway: str) -> None:
+    """Two apps, no max_tokens: one always answers in 3 tokens, one always in 600. Within 16 requests each
+    the short app is short, the long app long; then the short app turns long and is followed."""
+
+    def where(app: str, tokens: int) -> str:
+        answer = httpx.post(gateway + "/v1/chat/completions", json=chat(system=app, fake_tokens=tokens))
+        assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == tokens
+        return answer.headers["x-prefixgate-pool"]
+
+    shorts = [where("You classify.", 3) for _ in range(16)]
+    longs = [where("You write essays.", 600) for _ in range(16)]
+    assert shorts == ["short"] * 16
+    assert longs[-8:] == ["long"] * 8  # long from the first answers learned on
+    drifted = [where("You classify.", 600) for _ in range(16)]
+    assert drifted[-4:] == ["long"] * 4
+    metrics = httpx.get(gateway + "/metrics").text
+    assert sample_sum(metrics, "prefixgate_continued_total") == longs.count("short") + drifted.count("short")
+
+
+def test_a_long_pool_that_fails_before_its_first_token_ends_the_stream_with_an_error_event(
+        pools: tuple[FakeServer, FakeServer], gateway: str) -> None:
+    _, long = pools
+    long.app.fail_status = 503
+    with httpx.stream("POST", gateway + "/v1/chat/completions", json=chat(fake_tokens=20, stream=True)) as answer:
+        assert answer.status_code == 200
+        lines = [line[6:] for line in answer.iter_lines() if line.startswith("data: ")]
+    text = "".join((orjson.loads(line)["choices"] or [{}])[0].get("delta", {}).get("content") or ""
+                   for line in lines[:-1])
+    assert text == " tok" * T  # the short leg's text went out once
+    assert "error" in orjson.loads(lines[-1])
+    whole = httpx.post(gateway + "/v1/chat/completions", json=chat(fake_tokens=20))
+    assert whole.status_code == 503 and "error" in whole.json()  # nothing went out yet: the engine's status
