@@ -22,7 +22,9 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from policies.continuation import continuable, cut_of
 from policies.input_limits import check_input_limits
+from policies.length import Prediction
 from policies.prompt import rewrite_chat
 from policies.refusals import AdminOnly, Refused, UnknownTenant
 from policies.stable_prefix import chat_pieces, completion_pieces
@@ -33,6 +35,7 @@ from proxy.auth.keys import OPEN_TENANT
 from proxy.auth.tenants import TenantPolicy
 from proxy.gateway import Gateway
 from proxy.http.body import ClientGone, decode_json, read_body
+from proxy.upstream.pool import Pool
 from proxy.wire import headers as x_prefixgate
 
 TENANT_HEADER = "x-prefixgate-tenant"
@@ -50,6 +53,27 @@ def _tenant(gateway: Gateway, request: Request) -> TenantPolicy:
     if tenant is None:
         raise Refused(UnknownTenant(name))
     return tenant
+
+
+def _continuation(gateway: Gateway, pool: Pool, reason: str, model: str, body: dict[str, Any], may_cut: bool,
+                  prediction: Prediction | None) -> dict[str, Any]:
+    """Whether the request starts short (cut at the short pool's threshold, continued in the long pool) and
+    why: the share of its template's answers within the threshold (None: not known yet) against the pool's
+    ``long_when_short_below``, or what rules a cut out."""
+    short = next((p for p in gateway.upstreams.short_pools if gateway.upstreams.continues_in(p, model)), None)
+    if short is None or prediction is None:
+        return {}
+    threshold, share = short.option.short_threshold, prediction.short_share
+    cut = cut_of(body, threshold) if may_cut and pool is short and reason not in ("named", "merged") else None
+    why = ("the answer may not be cut (tools, response_format, guided decoding, n, logprobs or echo)"
+           if not may_cut else "the client named the pool" if reason == "named"
+           else f"its own max_tokens fits {threshold}" if pool is short and cut is None
+           else "no history yet: unknown templates start short" if share is None
+           else f"{share:.0%} of its template's answers fit {threshold} (long below "
+                f"{short.option.long_when_short_below:.0%})")
+    return {"starts_short": cut is not None, "cut_at": threshold if cut is not None else None,
+            "continues_in": gateway.upstreams.continues_in(short, model).name if cut is not None else None,
+            "short_share": share, "why": why}
 
 
 def route_explainer(endpoint: Endpoint) -> Any:
@@ -78,15 +102,19 @@ def route_explainer(endpoint: Endpoint) -> Any:
             pieces = chat_pieces(body)
         else:
             pieces = completion_pieces(body)
-        predicted = None
+        prediction, may_cut = None, continuable(body, endpoint)
         if gateway.admission.predicts:  # the pool by output length, as ``Admission.prepare`` predicts it
             capped = cap_output(body, tenant.admission.caps)
             if isinstance(capped, dict):
-                predicted = gateway.admission.predict(capped, pieces, tenant.name)[2].p90
-        pool, pool_reason = gateway.upstreams.pool_for(view.model, predicted_p90=predicted,
-                                                       named=request.headers.get(x_prefixgate.POOL.decode()))
+                body, prediction = capped, gateway.admission.predict(capped, pieces, tenant.name)[2]
+        pool, pool_reason = gateway.upstreams.pool_for(
+            view.model, predicted_p90=prediction.p90 if prediction is not None else None,
+            short_share=prediction.short_share if prediction is not None else None,
+            continuable=prediction is not None and may_cut, named=request.headers.get(x_prefixgate.POOL.decode()))
         answer: dict[str, Any] = {"tenant": tenant.name, "model": view.model, "pool": pool.name,
-                                  "pool_reason": pool_reason, "predicted_output_p90": predicted}
+                                  "pool_reason": pool_reason,
+                                  "predicted_output_p90": prediction.p90 if prediction is not None else None}
+        answer |= _continuation(gateway, pool, pool_reason, view.model, body, may_cut, prediction)
         if pool.has_replicas:
             salt = tenant.salt.upstream_salt(body.get("cache_salt"))
             key, held = pool.prompt_place(pieces, body, view.model, salt)

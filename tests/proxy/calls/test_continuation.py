@@ -134,3 +134,30 @@ def test_a_long_pool_that_fails_before_its_first_token_ends_the_stream_with_an_e
     assert "error" in orjson.loads(lines[-1])
     whole = httpx.post(gateway + "/v1/chat/completions", json=chat(fake_tokens=20))
     assert whole.status_code == 503 and "error" in whole.json()  # nothing went out yet: the engine's status
+
+
+def test_the_route_explanation_says_whether_a_request_starts_short_and_why(
+        pools: tuple[FakeServer, FakeServer], start_proxy: Callable[..., str]) -> None:
+    short, long = pools
+    gateway = start_proxy({"pools": [pool("short", short.base_url, models=["fake-model"], output="short",
+                                          short_threshold=T),
+                                     pool("long", long.base_url, models=["fake-model"], output="long")],
+                           "auth": {"admin_key": "admin-key-123"}})
+
+    def explain(body: dict) -> dict:
+        answer = httpx.post(gateway + "/admin/route/v1/chat/completions", json=body,
+                            headers={"Authorization": "Bearer admin-key-123"})
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    essay = chat(system="You write essays.", fake_tokens=600)
+    first = explain(essay)
+    assert (first["pool"], first["starts_short"], first["cut_at"], first["continues_in"]) == ("short", True, T, "long")
+    assert "no history yet" in first["why"]
+    for _ in range(8):
+        httpx.post(gateway + "/v1/chat/completions", json=essay)
+    learned = explain(essay)
+    assert (learned["pool"], learned["starts_short"], learned["short_share"]) == ("long", False, 0.0)
+    assert "0% of its template's answers fit 8" in learned["why"]
+    tools = explain(chat(tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}]))
+    assert tools["starts_short"] is False and "may not be cut" in tools["why"]
