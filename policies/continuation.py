@@ -45,7 +45,7 @@ def continuable(body: dict[str, Any], endpoint: str) -> bool:
             return False
     else:
         return False
-    if any(body.get(name) not in (None, False) for name in ONE_GENERATION_FIELDS):
+    if any(body.get(name) is not None and body.get(name) is not False for name in ONE_GENERATION_FIELDS):
         return False
     if any(body.get(name) is not None for name in GUIDED_FIELDS):
         return False
