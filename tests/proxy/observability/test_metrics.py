@@ -60,7 +60,7 @@ def test_tenants_named_in_config_are_the_only_labelled_ones(fake: FakeServer,
 def test_tokens_and_time_per_output_token_come_from_the_answers(fake: FakeServer,
                                                                  start_proxy: Callable[..., str]) -> None:
     proxy = start_proxy({"pools": [pool("p", fake.base_url)]})
-    assert _chat(proxy, "x", fake_tokens=5).status_code == 200  # JSON answer: usage 12 prompt, 5 completion
+    assert _chat(proxy, "x", fake_tokens=5, max_tokens=8).status_code == 200  # JSON: usage 12 prompt, 5 completion
     with httpx.stream("POST", proxy + "/v1/chat/completions", timeout=10, json={
             "model": "fake-model", "stream": True, "fake_tokens": 8, "fake_delay_ms": 20,
             "stream_options": {"include_usage": True}, "messages": [{"role": "user", "content": "hi"}]}) as reply:
