@@ -44,8 +44,11 @@ def long_leg_out(endpoint: str, route: str, pool: Pool, view: RequestView, promp
                  answer: ContinuedAnswer, headers: list[tuple[bytes, bytes]]) -> Outgoing:
     """The long leg as it goes to ``pool``: the request as ``planned`` for it, with the short leg's text to
     continue from; its place among the pool's replicas read from that body, the partial answer part of
-    the prompt whose blocks an engine may hold."""
+    the prompt whose blocks an engine may hold. Where the pool sends priority hints, the leg gets the
+    first place (0): its client is mid-answer, and the seam's wait is all it sees of the long pool."""
     body = continuation_body(sent_body(planned), endpoint, answer.partial, answer.produced, stream=view.stream)
+    if planned.plan.priority is not None:  # priority hints: an answer its client is already reading goes first
+        body["priority"] = 0
     key, held = pool.prompt_place(prompt.pieces, body, view.model, planned.plan.salt)
     return Outgoing(route, orjson.dumps(body), view.stream, view.model, key, headers, held=held, tap=answer)
 

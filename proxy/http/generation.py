@@ -86,7 +86,7 @@ class GenerationRoute:
 class Preparation:
     """One request's way from its headers to an ``UpstreamCall``; each step is one method."""
 
-    __slots__ = ("admitted", "endpoint", "gateway", "headers", "mark", "reason", "record")
+    __slots__ = ("admitted", "endpoint", "gateway", "headers", "mark", "prediction", "reason", "record")
 
     def __init__(self, gateway: Gateway, endpoint: Endpoint, record: RequestRecord) -> None:
         self.gateway = gateway
@@ -95,7 +95,7 @@ class Preparation:
         self.mark = record.started  # when the current stage began
         self.admitted: Admitted | None = None  # held until the answer ends, or given back
         self.headers: list[tuple[bytes, bytes]] = []  # prefixgate's own response headers
-        self.reason = "model"  # why the pool was chosen (``PoolReason``)
+        self.reason, self.prediction = "model", None  # why the pool was chosen; admission's length prediction
 
     async def run(self, headers: RequestHeaders, receive: Receive, send: Send) -> UpstreamCall | None:
         tenant = self.authenticate(headers)
@@ -187,7 +187,7 @@ class Preparation:
 
     def choose_pool(self, view: RequestView, headers: RequestHeaders, prompt: Prompt | None) -> Pool:
         """The pool by name, by the predicted output length (or to start short: ``choose_pool``), by model."""
-        prediction = self.admitted.prediction if self.admitted is not None else None
+        self.prediction = prediction = self.admitted.prediction if self.admitted is not None else None
         known = prediction is not None and prompt is not None
         pool, reason = self.gateway.upstreams.pool_for(
             view.model, embeddings=self.endpoint == "embeddings", named=headers.pool,
@@ -203,12 +203,11 @@ class Preparation:
         """The call as ``pool`` takes it (its caps, the cache salt, whether its engines are asked for a
         stream's usage: ``plan_call``) and the body it gets (``shape_body``); raises its caps' refusal."""
         gateway, chat_like = self.gateway, self.endpoint != "responses"  # a Responses answer carries its usage
-        prediction = self.admitted.prediction if self.admitted is not None else None
         plan = plan_call(view, prompt.body, salt=tenant.salt, caps=pool.caps(tenant.admission.caps.action),
                          engine_usage=chat_like and not pool.counts_usage_itself,
                          answers=chat_like and tenant.answer_ttl is not None and gateway.answers is not None,
                          announce_pool=gateway.upstreams.routes_by_length or headers.pool is not None,
-                         priority=prediction.p50 if pool.priority_hints and prediction is not None else None)
+                         priority=self.prediction.p50 if pool.priority_hints and self.prediction else None)
         shaped = shape_body(prompt.raw, prompt.body, prompt.changed, plan)
         if isinstance(shaped, Rejection):
             raise Refused(shaped)

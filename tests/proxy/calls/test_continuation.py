@@ -161,3 +161,21 @@ def test_the_route_explanation_says_whether_a_request_starts_short_and_why(
     assert "0% of its template's answers fit 8" in learned["why"]
     tools = explain(chat(tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}]))
     assert tools["starts_short"] is False and "may not be cut" in tools["why"]
+
+
+def test_priority_hints_send_the_predicted_length_and_put_a_continuation_first(
+        pools: tuple[FakeServer, FakeServer], start_proxy: Callable[..., str]) -> None:
+    short, long = pools
+    gateway = start_proxy({"pools": [pool("short", short.base_url, models=["fake-model"], output="short",
+                                          short_threshold=T, priority_hints=True),
+                                     pool("long", long.base_url, models=["fake-model"], output="long",
+                                          priority_hints=True)]})
+    for _ in range(8):  # this app's answers are 3 tokens: predicted p50 3
+        httpx.post(gateway + "/v1/chat/completions", json=chat(system="You classify.", fake_tokens=3))
+    httpx.post(gateway + "/v1/chat/completions", json=chat(system="You classify.", fake_tokens=3))
+    assert short.app.stats.last_body is not None and short.app.stats.last_body["priority"] == 3
+    httpx.post(gateway + "/v1/chat/completions", json=chat(fake_tokens=20))  # unknown: the prior's p50
+    assert short.app.stats.last_body["priority"] == 512
+    assert long.app.stats.last_body is not None and long.app.stats.last_body["priority"] == 0  # mid-answer
+    httpx.post(gateway + "/v1/chat/completions", json=chat(fake_tokens=3, priority=-5))
+    assert short.app.stats.last_body["priority"] == -5  # the client's own is kept
