@@ -22,7 +22,7 @@ from proxy.admission.rate_limiter import Limiter, LimiterUnavailable, Ticket
 from proxy.admission.token_count import TokenCounter
 from proxy.observability.metrics import Metrics
 
-LengthObserver = Callable[[str, int, int], None]  # (model, predicted p90, completion tokens)
+LengthObserver = Callable[[str, int, int, bool], None]  # (model, predicted p90, completion tokens, may be cut)
 MAX_HISTORIES = 10_000  # (tenant, template) keys remembered, least recently used dropped first
 
 
@@ -54,6 +54,7 @@ class Admitted:
     length_key: int | None = None
     tenant: str = ""
     step: Step = "turn"
+    may_cut: bool = False  # its answer may be cut in a short pool and continued (``continuable``)
 
 
 class LengthBook:
@@ -149,7 +150,8 @@ class Admission:
                 self.metrics.observe_length(pool, admitted.tenant, admitted.step, admitted.prediction.p90,
                                             completion_tokens)
                 if self.on_length is not None:
-                    self.on_length(str(admitted.body.get("model", "")), admitted.prediction.p90, completion_tokens)
+                    self.on_length(str(admitted.body.get("model", "")), admitted.prediction.p90, completion_tokens,
+                                   admitted.may_cut)
         if admitted.ticket is not None:
             used = (prompt_tokens if prompt_tokens is not None else admitted.prompt_tokens) + (completion_tokens or 0)
             await self.limiter.settle(admitted.ticket, used)

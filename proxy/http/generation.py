@@ -101,14 +101,14 @@ class Preparation:
         tenant = self.authenticate(headers)
         view, raw = await self.read(headers, receive)
         if self.endpoint == "embeddings":
-            pool = self.choose_pool(view, headers, None)
+            pool = self.choose_pool(view, headers)
             return self.call(pool, view, tenant, Prompt(raw, view.body), None, None, headers)
         prompt = Prompt(raw, view.body)
         if self.endpoint == "responses":
             await recall(self.gateway, prompt, tenant)
         await self.shape_prompt(prompt, tenant, headers)
         self.admit(prompt, tenant)
-        pool = self.choose_pool(view, headers, prompt)
+        pool = self.choose_pool(view, headers)
         if self.endpoint == "responses":
             check_pool(pool)
         planned = self.plan(view, prompt, tenant, pool, headers)
@@ -184,16 +184,16 @@ class Preparation:
         self.mark = perf_counter()
         self.admitted = admission.prepare(tenant.admission, prompt.body, prompt.changed, prompt.pieces, tenant.name)
         prompt.body, prompt.changed = self.admitted.body, self.admitted.changed
+        self.admitted.may_cut = continuable(prompt.body, self.endpoint)
 
-    def choose_pool(self, view: RequestView, headers: RequestHeaders, prompt: Prompt | None) -> Pool:
+    def choose_pool(self, view: RequestView, headers: RequestHeaders) -> Pool:
         """The pool by name, by the predicted output length (or to start short: ``choose_pool``), by model."""
         self.prediction = prediction = self.admitted.prediction if self.admitted is not None else None
-        known = prediction is not None and prompt is not None
         pool, reason = self.gateway.upstreams.pool_for(
             view.model, embeddings=self.endpoint == "embeddings", named=headers.pool,
             predicted_p90=prediction.p90 if prediction is not None else None,
             short_share=prediction.short_share if prediction is not None else None,
-            continuable=known and continuable(prompt.body, self.endpoint))  # type: ignore[union-attr]
+            continuable=prediction is not None and self.admitted.may_cut)  # type: ignore[union-attr]
         self.reason, self.record.pool = reason, pool.name
         self.gateway.metrics.pool_chosen(pool.name, reason)
         return pool

@@ -77,9 +77,12 @@ class Upstreams:
         serving = [pool for pool in self.pools if pool.serves(model)] or [p for p in self.pools if p.catch_all]
         return long_pool(serving, short)
 
-    def observe_length(self, model: str, predicted_p90: int, actual: int) -> None:
-        """An answer ended: the short pools that serve its model learn whether its prediction caught it."""
+    def observe_length(self, model: str, predicted_p90: int, actual: int, may_cut: bool = False) -> None:
+        """An answer ended: the short pools that serve its model learn whether its prediction caught it. A
+        pool that continues answers learns it only of those it may not cut: only they go by the split."""
         for pool in self.short_pools:
+            if may_cut and pool.option.continue_long:
+                continue
             if pool.recall is not None and (pool.serves(model) or pool.catch_all):
                 pool.recall.observe(predicted_p90, actual)
 

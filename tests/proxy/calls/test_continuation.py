@@ -179,3 +179,16 @@ def test_priority_hints_send_the_predicted_length_and_put_a_continuation_first(
     assert long.app.stats.last_body is not None and long.app.stats.last_body["priority"] == 0  # mid-answer
     httpx.post(gateway + "/v1/chat/completions", json=chat(fake_tokens=3, priority=-5))
     assert short.app.stats.last_body["priority"] == -5  # the client's own is kept
+
+
+def test_the_splits_recall_counts_only_the_answers_that_go_by_the_split(
+        pools: tuple[FakeServer, FakeServer], gateway: str) -> None:
+    """Answers that may be cut start short whatever their prediction said, so they do not count in the
+    short pool's recall; the answers that go by prediction (JSON here) do."""
+    for _ in range(70):  # a chat app's short answers, predicted long until its history knew them
+        httpx.post(gateway + "/v1/chat/completions", json=chat(fake_tokens=3))
+    assert "prefixgate_length_short_recall{" not in httpx.get(gateway + "/metrics").text  # none measured
+    for _ in range(70):
+        httpx.post(gateway + "/v1/chat/completions",
+                   json=chat(fake_tokens=3, response_format={"type": "json_object"}))
+    assert 0 < sample_sum(httpx.get(gateway + "/metrics").text, "prefixgate_length_short_recall", pool="short") < 1
