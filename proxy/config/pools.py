@@ -223,7 +223,7 @@ class PoolConfig(UpstreamConfig):
     behind long ones, so when more than one in twenty land there the split makes short answers' p95 worse than one
     pool (docs/benchmarks.md). `prefixgate_length_short_recall` and `prefixgate_length_split` show the state.
     0: always split. With `continue_long` it applies only to the requests that may not be cut"""
-    continue_long: bool = True
+    continue_long: bool = False
     """with `output: short`: start short, continue long. A plain-text answer (no tools, `response_format`, guided
     decoding, `n` > 1, `logprobs`, `echo` or `best_of`) starts in this pool with its output capped at
     `short_threshold`, unless its template's history says a short answer is unlikely (`long_when_short_below`);
@@ -231,7 +231,9 @@ class PoolConfig(UpstreamConfig):
     (`continue_final_message`) and the client sees one answer: one id, no text lost or repeated, summed usage,
     stop strings honoured across the seam. A misplaced long answer costs one more prefill of its prompt and
     `short_threshold` tokens on the long pool. `prefixgate_continued_total`, `prefixgate_continuation_seam_seconds`
-    and `prefixgate_continuation_prefill_tokens_total` show it. false: route every request by its predicted p90"""
+    and `prefixgate_continuation_prefill_tokens_total` show it. Off by default: on two-slot CPU engines it kept
+    too little of the split's gain to be worth its seams (docs/benchmarks.md, docs/tuning.md). false: route every
+    request by its predicted p90"""
     long_when_short_below: float = Field(0.2, ge=0, le=1)
     """with `continue_long`: a request goes straight to the long pool when, of its template's recent answers (once 8
     are known), fewer than this share fit `short_threshold`; templates not yet known start short"""

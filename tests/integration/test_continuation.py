@@ -26,7 +26,8 @@ MESSAGES = [{"role": "system", "content": "You answer questions about caches."},
 @pytest.fixture
 def gateway(embedded: Embedded, start_proxy: Callable[..., str]) -> str:
     engine = embedded.engine + "/v1"
-    return start_proxy({"pools": [pool("short", engine, models=[embedded.model], output="short", short_threshold=T),
+    return start_proxy({"pools": [pool("short", engine, models=[embedded.model], output="short", short_threshold=T,
+                                       continue_long=True),
                                   pool("long", engine, models=[embedded.model], output="long")]})
 
 

@@ -33,7 +33,7 @@ def pools() -> Iterator[tuple[FakeServer, FakeServer]]:
 def gateway(pools: tuple[FakeServer, FakeServer], start_proxy: Callable[..., str]) -> str:
     short, long = pools
     return start_proxy({"pools": [pool("short", short.base_url, models=["fake-model"], output="short",
-                                       short_threshold=T),
+                                       short_threshold=T, continue_long=True),
                                   pool("long", long.base_url, models=["fake-model"], output="long")]})
 
 
@@ -140,7 +140,7 @@ def test_the_route_explanation_says_whether_a_request_starts_short_and_why(
         pools: tuple[FakeServer, FakeServer], start_proxy: Callable[..., str]) -> None:
     short, long = pools
     gateway = start_proxy({"pools": [pool("short", short.base_url, models=["fake-model"], output="short",
-                                          short_threshold=T),
+                                          short_threshold=T, continue_long=True),
                                      pool("long", long.base_url, models=["fake-model"], output="long")],
                            "auth": {"admin_key": "admin-key-123"}})
 
@@ -167,7 +167,7 @@ def test_priority_hints_send_the_predicted_length_and_put_a_continuation_first(
         pools: tuple[FakeServer, FakeServer], start_proxy: Callable[..., str]) -> None:
     short, long = pools
     gateway = start_proxy({"pools": [pool("short", short.base_url, models=["fake-model"], output="short",
-                                          short_threshold=T, priority_hints=True),
+                                          short_threshold=T, continue_long=True, priority_hints=True),
                                      pool("long", long.base_url, models=["fake-model"], output="long",
                                           priority_hints=True)]})
     for _ in range(8):  # this app's answers are 3 tokens: predicted p50 3
