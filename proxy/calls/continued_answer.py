@@ -99,7 +99,7 @@ class ContinuedAnswer:
             self.usage[0] = answer.get("usage")
             self.text.append(text)
             self.ident = {key: answer.get(key) for key in ("id", "created", "model")}
-            if self._cut_here(choice.get("finish_reason"), 1):
+            if self._cut_here(choice.get("finish_reason")):
                 self.whole_answer = answer
                 return None, self._summed()
             return body, self._summed()
@@ -159,7 +159,7 @@ class ContinuedAnswer:
         return self._release_held(self.seam.hold)
 
     def _short_done(self) -> tuple[bytes, bool]:
-        if self.finish is not None and self._cut_here(self.finish[1]["choices"][0].get("finish_reason"), 1):
+        if self.finish is not None and self._cut_here(self.finish[1]["choices"][0].get("finish_reason")):
             text = self._text_of(self.finish[1]["choices"][0], "delta")
             if text:
                 self.held.append((self._event(text, None), text))
@@ -205,7 +205,8 @@ class ContinuedAnswer:
 
     # ---- pieces ------------------------------------------------------------------------------------
 
-    def _cut_here(self, finish_reason: object, leg: int) -> bool:
+    def _cut_here(self, finish_reason: object) -> bool:
+        """Whether the short leg, which ended with ``finish_reason``, was stopped by the cut: the answer goes on."""
         usage = self.usage[0]
         produced = usage.get("completion_tokens") if isinstance(usage, dict) else None
         self.produced = produced if isinstance(produced, int) else self.leg_events

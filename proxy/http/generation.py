@@ -184,7 +184,7 @@ class Preparation:
         self.mark = perf_counter()
         self.admitted = admission.prepare(tenant.admission, prompt.body, prompt.changed, prompt.pieces, tenant.name)
         prompt.body, prompt.changed = self.admitted.body, self.admitted.changed
-        self.admitted.may_cut = continuable(prompt.body, self.endpoint)
+        self.admitted.may_cut = self.gateway.upstreams.continues and continuable(prompt.body, self.endpoint)
 
     def choose_pool(self, view: RequestView, headers: RequestHeaders) -> Pool:
         """The pool by name, by the predicted output length (or to start short: ``choose_pool``), by model."""

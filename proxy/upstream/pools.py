@@ -41,6 +41,7 @@ class Upstreams:
                 self.by_name[pool_config.name].overflow = self.by_name[pool_config.overflow_to]
         self.routes_by_length = any(pool.option.kind == "short" for pool in self.pools)
         self.short_pools = [pool for pool in self.pools if pool.recall is not None]
+        self.continues = any(pool.option.continue_long for pool in self.short_pools)  # some answers may be cut
         # what a prediction's short share is measured against: the smallest short threshold
         self.short_threshold = min((pool.option.short_threshold for pool in self.short_pools), default=None)
 
