@@ -255,7 +255,8 @@ class Preparation:
             replan = partial(self.replan, view, tenant, prompt, headers)
         continuation = starts_short(self.gateway.upstreams, self.endpoint, pool, view, prompt, planned, out,
                                     partial(self.long_leg, view, tenant, prompt, headers)) \
-            if planned is not None and self.reason not in ("named", "merged") else None
+            if planned is not None and self.gateway.upstreams.continues and self.reason not in ("named", "merged") \
+            else None
         answer = answer if continuation is None else None  # a cut answer is not stored for exact repeats
         hold = AdmissionHold(self.gateway.admission, self.admitted) if self.admitted is not None else None
         self.admitted = None  # the call settles it from here
