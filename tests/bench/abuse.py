@@ -52,7 +52,7 @@ from proxy.engine.process import free_port  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.overhead import WRK_SCRIPT, cpu_seconds, run_wrk, wait_http  # noqa: E402
 from tests.bench.processes import stop_gateway  # noqa: E402
-from tests.bench.report import write_block, write_result  # noqa: E402
+from tests.bench.report import command_line, write_block, write_result  # noqa: E402
 
 TRICKLE_EVERY_S = 2.0
 ATTACKER_FILES = 16  # descriptors the attacker process needs besides its connections
@@ -251,8 +251,8 @@ def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
     lines = [f"Command: `{meta['command']}`; run of {meta['date']} on {meta['where']}; gateway on CPU 0 "
              f"(open-file limit {meta['file_limit']}, "
              f"so at most {meta['max_connections']} client connections), attacker, client and upstream on CPU 1. "
-             f"Each flood held {meta['hold_s']:.0f} s; server.header_timeout_s {meta['header_timeout_s']:g}, "
-             f"server.body_timeout_s {meta['body_timeout_s']:g}.", "",
+             f"Each flood held {meta['hold_s']:.0f} s, one run of each; server.header_timeout_s "
+             f"{meta['header_timeout_s']:g}, server.body_timeout_s {meta['body_timeout_s']:g}.", "",
              "| server | flood | attack connections opened | closed by the gateway after (s), p50 / p99 / max | "
              "open when it ended | client | requests | errors | p50 (ms) | p99 (ms) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -333,7 +333,7 @@ def main() -> None:
             stop_gateway(process)
         stop_gateway(upstream)
     server = build_config({}, env={}, source="defaults").server
-    meta = {"command": " ".join(["python tests/bench/abuse.py", *sys.argv[1:]]),
+    meta = {"command": command_line("abuse.py", sys.argv[1:]),
             "date": date.today().isoformat(), "where": machine.machine(), "file_limit": files,
             "max_connections": default_max_connections(files), "hold_s": args.hold,
             "header_timeout_s": server.header_timeout_s, "body_timeout_s": server.body_timeout_s,

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from policies.volatile import find_volatile  # noqa: E402
 from tests.bench import machine  # noqa: E402
-from tests.bench.report import write_block, write_result  # noqa: E402
+from tests.bench.report import command_line, write_block, write_result  # noqa: E402
 from tests.support.volatile_formats import FORMATS, PER_FORMAT, samples  # noqa: E402
 
 DATA = ROOT / "tests" / "policies" / "data"
@@ -221,7 +221,7 @@ def main() -> None:
         print(f"wrote {CORPUS.relative_to(ROOT)}")
         return
     results = measure()
-    command = ("python tests/bench/detector_coverage.py " + " ".join(sys.argv[1:])).strip()
+    command = command_line("detector_coverage.py", sys.argv[1:])
     today, where = date.today().isoformat(), machine.machine()
     block = table(results, command, f"run of {today} on {where}")
     print(block)

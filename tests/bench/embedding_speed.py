@@ -32,7 +32,7 @@ import torch  # noqa: E402
 from proxy.retrieval.embeddings import LocalMiniLM  # noqa: E402
 from proxy.retrieval.onnx_minilm import OnnxMiniLM, ensure_exported, usable_cores  # noqa: E402
 from tests.bench import machine  # noqa: E402
-from tests.bench.report import write_block, write_result  # noqa: E402
+from tests.bench.report import command_line, write_block, write_result  # noqa: E402
 from tests.support.helpcenter import ARTICLES, questions  # noqa: E402
 
 CHUNK_TOKENS = 200
@@ -155,7 +155,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pg-embed-speed-") as folder:
         results = measure(max(3, args.rounds), Path(folder))
-    command = "python tests/bench/embedding_speed.py " + " ".join(sys.argv[1:])
+    command = command_line("embedding_speed.py", sys.argv[1:])
     versions = ", ".join(v for v in (machine.version(name) for name in PACKAGES) if v)
     when = date.today().isoformat()
     block = "\n".join([

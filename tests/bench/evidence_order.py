@@ -38,7 +38,7 @@ from proxy.retrieval.ingestion import ingest  # noqa: E402
 from proxy.retrieval.retriever import passage_budget_tokens  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.prefix_reuse import run_cell, start_engine_on_own_core, summarize  # noqa: E402
-from tests.bench.report import write_block, write_result  # noqa: E402
+from tests.bench.report import command_line, write_block, write_result  # noqa: E402
 from tests.support.corpus import DOCUMENTS, write_corpus  # noqa: E402
 
 SYSTEM = (
@@ -176,7 +176,7 @@ def main() -> None:
             "block_size": block_size}
     table = markdown(results, stats, meta)
     print(table)
-    command = " ".join(["python tests/bench/evidence_order.py", *sys.argv[1:]])
+    command = command_line("evidence_order.py", sys.argv[1:])
     write_result(Path(args.out), "evidence_order", {**meta, "command": command}, {"overlap": stats, "cells": results})
     write_block(Path(args.out), "evidence_order",
                 f"Command: `{command}`\n\n{table}\n\nResult file: `docs/evidence_order.json`.")

@@ -102,7 +102,7 @@ def report(result: dict[str, object], cases: int) -> str:
     rows = "\n".join(f"| {kind} | {sum(c.values())} | " + ", ".join(f"{s}: {n}" for s, n in sorted(c.items())) + " |"
                      for kind, c in by_kind.items())
     server_errors = sum(count for key, count in statuses.items() if key.rsplit(" ", 1)[1].startswith("5"))
-    return (f"Command: `python tests/bench/fuzz.py --cases {cases}`; run of {date.today()} on {machine.machine()} "
+    return (f"Command: `python tests/bench/fuzz.py --cases {cases}`; one run, {date.today()}, on {machine.machine()} "
             f"({result['seconds']:.0f} s, new random seeds).\n\n"
             f"| kind | bodies | answers by status |\n|---|---|---|\n{rows}\n\n"
             f"{total} bodies; 5xx answers: {server_errors}; failed checks or hangs: "

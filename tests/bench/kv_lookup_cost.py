@@ -40,7 +40,7 @@ from proxy.kv_events.prompt_tokens import PromptTokens  # noqa: E402
 from proxy.kv_events.subscriber import EventFeed  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.length_workload import WORDS  # noqa: E402
-from tests.bench.report import write_block, write_result  # noqa: E402
+from tests.bench.report import command_line, write_block, write_result  # noqa: E402
 
 BLOCK = 128  # the CPU engine's block size
 SALT = "0123456789abcdef0123456789abcdef"
@@ -138,7 +138,7 @@ def main() -> None:
         print(runs[-1], flush=True)
     result = {key: {"median": statistics.median(r[key] for r in runs), "min": min(r[key] for r in runs),
                     "max": max(r[key] for r in runs)} for key in runs[0]}
-    when, command = date.today().isoformat(), "python tests/bench/kv_lookup_cost.py " + " ".join(sys.argv[1:])
+    when, command = date.today().isoformat(), command_line("kv_lookup_cost.py", sys.argv[1:])
     write_result(Path(args.out), "kv_lookup_cost", {"date": when, "machine": machine.machine(), "command": command,
                                                     "args": vars(args)}, {"summary": result, "runs": runs})
 

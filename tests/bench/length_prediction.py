@@ -52,7 +52,7 @@ from proxy.config.pools import PoolConfig  # noqa: E402
 from proxy.observability.metrics import Metrics  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.length_workload import APPS, TRUTH_FIELDS, LengthRequest, workload  # noqa: E402
-from tests.bench.report import write_block, write_result  # noqa: E402
+from tests.bench.report import command_line, write_block, write_result  # noqa: E402
 
 THRESHOLD: int = PoolConfig.model_fields["short_threshold"].default  # the pools' default short_threshold
 POOLS = [PoolOption("short", "short", THRESHOLD), PoolOption("long", "long", THRESHOLD)]
@@ -240,7 +240,7 @@ def main() -> None:
     runs = [evaluate(seed, args.requests, args.in_flight) for seed in range(1, args.seeds + 1)]
     results = medians(runs)
     before = baseline_results(args.baseline, args) if args.baseline else None
-    command = ("python tests/bench/length_prediction.py " + " ".join(sys.argv[1:])).strip()
+    command = command_line("length_prediction.py", sys.argv[1:])
     when = date.today().isoformat()
     overall = results["overall"]
     meets = all((overall[metric]["median"] or 0) >= bar for metric, bar in BAR.items())

@@ -48,7 +48,6 @@ import asyncio
 import json
 import math
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -74,7 +73,7 @@ from tests.bench import machine  # noqa: E402
 from tests.bench.length_workload import LengthRequest, workload  # noqa: E402
 from tests.bench.open_loop import percentile, schedule  # noqa: E402
 from tests.bench.processes import start_engine, start_gateway, stop_gateway  # noqa: E402
-from tests.bench.report import write_block, write_result  # noqa: E402
+from tests.bench.report import command_line, write_block, write_result  # noqa: E402
 from tests.support.metrics_text import sample_sum  # noqa: E402
 from tests.support.waiting import wait_until  # noqa: E402
 
@@ -629,13 +628,6 @@ def from_file(path: Path) -> tuple[dict[str, Any], dict[str, Runs]]:
     return meta, found
 
 
-def command_line(argv: list[str]) -> str:
-    """The command as typed, quoted, without ``--where`` (the caption says it already)."""
-    kept = [arg for index, arg in enumerate(argv) if not arg.startswith("--where")
-            and not (index and argv[index - 1] == "--where")]
-    return shlex.join(["python", "tests/bench/length_routing.py", *kept])
-
-
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rates", default="4,6", help="arrivals per second, a comma list")
@@ -673,7 +665,7 @@ def main() -> None:
     meta = {"date": date.today().isoformat(), "machine": machine.machine(),
             "vllm": machine.engine_version(first) if first else machine.vllm_version(),
             "where": args.where or (f"{machine.machine()}; {machine.engine_version(first)}" if first else None),
-            "command": command_line(sys.argv[1:]),
+            "command": command_line("length_routing.py", sys.argv[1:]),
             "args": {k: v for k, v in vars(args).items() if k not in ("shim", "render", "out", "where")}}
     def save(by_rate: dict[str, Runs]) -> None:  # after every pass: a run cut short keeps what it measured
         publish(Path(args.out), args.name, meta, report(by_rate))

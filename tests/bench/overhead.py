@@ -65,7 +65,7 @@ sys.path.insert(0, str(ROOT))
 
 from proxy.engine.process import free_port  # noqa: E402
 from tests.bench import machine  # noqa: E402
-from tests.bench.report import replace_block, write_result  # noqa: E402
+from tests.bench.report import command_line, replace_block, write_result  # noqa: E402
 
 IDLE_SECONDS = 5.0
 BASELINE = "baseline-"  # a baseline gateway's target name: this prefix and its HTTP client
@@ -472,7 +472,7 @@ def format_closed(row: dict) -> str:
 
 def write_report(path: Path, open_rows: list[dict], closed_rows: list[dict], args: argparse.Namespace,
                  idle: dict[str, float]) -> None:
-    command = ("python tests/bench/overhead.py " + " ".join(sys.argv[1:])).strip()
+    command = command_line("overhead.py", sys.argv[1:])
     idle_text = ", ".join(f"{name} {rate * 1000:.1f} ms/s" for name, rate in idle.items())
     clients = ", ".join(machine.version(name) or name for name in args.clients.split(","))
     lines = [
@@ -506,7 +506,8 @@ def write_report(path: Path, open_rows: list[dict], closed_rows: list[dict], arg
     text = path.read_text() if path.exists() else ""
     text = replace_block(text, "overhead", "\n".join(lines))
     lines = [
-        f"Command: same run (wrk, {args.seconds} s per cell after 1 s of warm-up)",
+        f"Command: same run (wrk, {args.seconds} s per cell after 1 s of warm-up); one wrk run per cell: each "
+        "figure a single run's, not a median",
         "",
         "| phase | mode | conc. | direct rps | direct p50 / p99 ms | client | through rps | rps ratio "
         "| added p50 / p99 ms | gateway CPU ms/req | errors |",
@@ -627,7 +628,7 @@ def write_comparison(path: Path, open_rows: list[dict], closed_rows: list[dict],
     """The current tree against the baseline: a markdown table printed, the JSON to ``path``; docs/ untouched."""
     clients = args.clients.split(",")
     cells = comparison(open_rows, closed_rows, clients)
-    command = ("python tests/bench/overhead.py " + " ".join(sys.argv[1:])).strip()
+    command = command_line("overhead.py", sys.argv[1:])
     meta = {"date": date.today().isoformat(), "machine": machine.machine(),
             "clients": ", ".join(machine.version(name) or name for name in clients), "command": command,
             "seconds": args.seconds, "rounds": args.rounds, "tokens": args.tokens, "idle_cpu_s_per_s": idle,

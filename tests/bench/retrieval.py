@@ -38,7 +38,7 @@ from proxy.retrieval.passage_cache import RetrievalCache, cache_key  # noqa: E40
 from proxy.retrieval.retriever import Retriever, passage_budget_tokens  # noqa: E402
 from proxy.retrieval.vector_store import StoredChunk  # noqa: E402
 from tests.bench import machine  # noqa: E402
-from tests.bench.report import write_block, write_result  # noqa: E402
+from tests.bench.report import command_line, write_block, write_result  # noqa: E402
 from tests.bench.retrieval_path_worker import bench_questions, corpus, percentile  # noqa: E402
 
 
@@ -198,7 +198,7 @@ def main() -> None:
     args = parser.parse_args()
     data: dict = {}
     lines = asyncio.run(main_async(args, data))
-    command = "python tests/bench/retrieval.py " + " ".join(sys.argv[1:])
+    command = command_line("retrieval.py", sys.argv[1:])
     packages = ("sentence-transformers", "torch", "onnxruntime", "qdrant-client", "qdrant-edge-py")
     versions = ", ".join(v for v in (machine.version(name) for name in packages) if v)
     when = date.today().isoformat()

@@ -36,7 +36,7 @@ from proxy.retrieval.embeddings import LocalMiniLM  # noqa: E402
 from proxy.retrieval.ingestion import Ingestion  # noqa: E402
 from proxy.retrieval.vector_store import SearchMode  # noqa: E402
 from tests.bench import machine  # noqa: E402
-from tests.bench.report import write_block, write_result  # noqa: E402
+from tests.bench.report import command_line, write_block, write_result  # noqa: E402
 from tests.support.helpcenter import ARTICLES, CLASSES, Question, content_words, questions  # noqa: E402
 
 CANDIDATES = 20  # hits fetched per search, as retrieval.candidates' default
@@ -147,7 +147,7 @@ def main() -> None:
     args = parser.parse_args()
     runs = [asyncio.run(evaluate()) for _ in range(args.runs)]
     results = medians(runs)
-    command = "python tests/bench/retrieval_quality.py " + " ".join(sys.argv[1:])
+    command = command_line("retrieval_quality.py", sys.argv[1:])
     packages = ("sentence-transformers", "torch", "onnxruntime", "qdrant-edge-py")
     versions = ", ".join(v for v in (machine.version(name) for name in packages) if v)
     when = date.today().isoformat()

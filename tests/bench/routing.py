@@ -58,7 +58,7 @@ from proxy.engine.process import LocalEngine, free_port  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.open_loop import percentile, schedule  # noqa: E402
 from tests.bench.processes import BENCH_SALT_SECRET, start_engine, start_gateway, stop_gateway  # noqa: E402
-from tests.bench.report import publish  # noqa: E402
+from tests.bench.report import command_line, publish  # noqa: E402
 from tests.support.metrics_text import sample_sum  # noqa: E402
 
 MODEL = "prefixgate-tiny"
@@ -469,9 +469,32 @@ def _median(values: Iterable[float]) -> float:
 # ---- report ---------------------------------------------------------------------------------------
 
 def _ratio(runs: list[dict[str, Any]], base: list[dict[str, Any]]) -> str:
-    """One case's hit rate over another's, pass by pass: the median and the passes' range, as the summary writes it."""
+    """One case's hit rate over another's, pass by pass: the median of the passes' ratios and their range, and
+    the ratio of the two medians where it reads differently (the table shows the medians)."""
     ratios = [run["hit_rate"] / max(other["hit_rate"], 1e-9) for run, other in zip(runs, base, strict=True)]
-    return f"**{statistics.median(ratios):.2f}x** (passes {min(ratios):.2f}-{max(ratios):.2f})"
+    if len(ratios) == 1:
+        return f"**{ratios[0]:.2f}x** (one pass)"
+    of_medians = statistics.median(run["hit_rate"] for run in runs) / max(
+        statistics.median(other["hit_rate"] for other in base), 1e-9)
+    text = f"**{statistics.median(ratios):.2f}x** (median of per-pass ratios {min(ratios):.2f}-{max(ratios):.2f}"
+    if f"{of_medians:.2f}" != f"{statistics.median(ratios):.2f}":
+        text += f"; the ratio of the medians {of_medians:.2f}x"
+    return text + ")"
+
+
+def _shed_cells(runs: list[dict[str, Any]]) -> str:
+    """A case's shed answers: p50 and p99 as the median of the passes (p99's range), and the slowest answer of
+    all passes (the median of the passes' slowest would hide the worst)."""
+    shedding = [run for run in runs if run["shed"]]
+    if not shedding:
+        return "- | -"
+    if len(shedding) < len(runs):
+        return f"- ({sum(run['shed'] for run in runs)} shed in {len(shedding)} of {len(runs)} passes) | " \
+               f"{max(run['shed_max_ms'] for run in shedding):.1f}"
+    p50 = statistics.median(run["shed_p50_ms"] for run in runs)
+    p99 = [run["shed_p99_ms"] for run in runs]
+    return (f"{p50:.1f} / {statistics.median(p99):.1f} ({min(p99):.1f}-{max(p99):.1f}) | "
+            f"{max(run['shed_max_ms'] for run in runs):.1f}")
 
 
 def _kv_summary(rows: dict[str, Any]) -> list[str]:
@@ -531,15 +554,22 @@ def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
                   "| sent | hit rate, median (range) | vs single engine | in flight max / mean, median (range) | "
                   "requests max / mean | TTFT p50 (ms) | TTFT p95 (ms) | errors |", "|---|---|---|---|---|---|---|---|"]
         single = results["affinity"]["single engine"]["hit_rate"]
+        passes = len(next(iter(results["affinity"].values()))["runs"])
+        if passes == 1:  # a single run: no median, no range
+            lines[-2] = lines[-2].replace("hit rate, median (range)", "hit rate").replace(
+                "in flight max / mean, median (range)", "in flight max / mean")
         for name, row in results["affinity"].items():
             hits = [run["hit_rate"] for run in row["runs"]]
             spread = [run["max_over_mean"] for run in row["runs"]]
-            lines.append(f"| {name} | {row['hit_rate']:.3f} ({min(hits):.3f}-{max(hits):.3f}) | "
-                         f"{row['hit_rate'] / max(single, 1e-9):.2f} | {row['max_over_mean']:.2f} "
-                         f"({min(spread):.2f}-{max(spread):.2f}) | {row['requests_max_over_mean']:.2f} | "
+            hit_range = f" ({min(hits):.3f}-{max(hits):.3f})" if passes > 1 else ""
+            spread_range = f" ({min(spread):.2f}-{max(spread):.2f})" if passes > 1 else ""
+            lines.append(f"| {name} | {row['hit_rate']:.3f}{hit_range} | "
+                         f"{row['hit_rate'] / max(single, 1e-9):.2f} | {row['max_over_mean']:.2f}{spread_range} | "
+                         f"{row['requests_max_over_mean']:.2f} | "
                          f"{row['ttft_p50_ms']:.0f} | {row['ttft_p95_ms']:.0f} | {row['errors']} |")
-        passes = len(next(iter(results["affinity"].values()))["runs"])
-        lines += ["", f"{passes} pass{'es' if passes != 1 else ''} of each case, interleaved. In flight: each "
+        each = (f"{passes} passes of each case, interleaved" if passes > 1
+                else "1 pass of each case, interleaved: a single run, each figure one pass's")
+        lines += ["", f"{each}. In flight: each "
                   "engine's running + waiting requests from its /metrics, sampled every 0.25 s and averaged over the "
                   "pass; requests: each engine's finished requests in the pass.", ""]
         lines += _kv_summary(results["affinity"])
@@ -571,12 +601,13 @@ def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
                   f"{over['queue_size']}; 80-word prompts, 32 output tokens; {meta['overload_seconds']} s of Poisson "
                   f"arrivals; {meta['repeats']} passes, medians):", "",
                   "| sent | offered (req/s) | admitted | shed | admitted TTFT p50 (ms) | admitted TTFT p99 (ms), "
-                  "median (range) | shed answer p50 / p99 / max (ms) |", "|---|---|---|---|---|---|---|"]
+                  "median (range) | shed answer p50 / p99 (ms), median (range) | slowest shed answer, any pass (ms) |",
+                  "|---|---|---|---|---|---|---|---|"]
         for name, row in over["cases"].items():
             p99 = [run["ttft_p99_ms"] for run in row["runs"]]
             lines.append(f"| {name} | {row['rate']:.1f} | {row['admitted']:.0f} | {row['shed']:.0f} | "
                          f"{row['ttft_p50_ms']:.0f} | {row['ttft_p99_ms']:.0f} ({min(p99):.0f}-{max(p99):.0f}) | "
-                         f"{row['shed_p50_ms']:.1f} / {row['shed_p99_ms']:.1f} / {row['shed_max_ms']:.1f} |")
+                         f"{_shed_cells(row['runs'])} |")
         ratios = over["ratios"]
         lines += ["", f"Admitted TTFT p99 at 3x: **{statistics.median(ratios):.2f}x** the 0.3x run's (passes' "
                   f"paired ratios {min(ratios):.2f}-{max(ratios):.2f})."]
@@ -733,7 +764,7 @@ def warm_up(origins: list[str], model: str) -> None:
 def publish_run(args: argparse.Namespace, results: dict[str, Any], cores: list[int], engines: int) -> None:
     where = args.where or f"{machine.machine()}, {machine.vllm_version()}"
     meta = {"date": datetime.now().strftime("%Y-%m-%d"), "where": where, "cores": len(cores),
-            "engines": engines, "command": "python tests/bench/routing.py " + " ".join(sys.argv[1:]),
+            "engines": engines, "command": command_line("routing.py", sys.argv[1:]),
             **{k: v for k, v in vars(args).items() if k not in ("only", "out", "where", "engines", "render")}}
     table = markdown(results, meta)
     print(table)

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from proxy.engine.process import free_port  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.processes import start_gateway, stop_gateway  # noqa: E402
-from tests.bench.report import publish  # noqa: E402
+from tests.bench.report import command_line, publish  # noqa: E402
 
 KEYS = {"app": "sk-soak-app-1", "rag": "sk-soak-rag-1", "cached": "sk-soak-cached-1", "limited": "sk-soak-limited-1"}
 DOCUMENTS = {
@@ -244,8 +244,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 def table(report: Report, minutes: float, where: str | None = None) -> str:
     growth = report.growth()
-    lines = [f"Command: `python tests/bench/soak.py --minutes {minutes:g} --rate {report.rate:g}`; run of "
-             f"{date.today().isoformat()} on {where or machine.machine()} (fake upstream in its own process).", "",
+    lines = [f"Command: `python tests/bench/soak.py --minutes {minutes:g} --rate {report.rate:g}`; one run, "
+             f"{date.today().isoformat()}, on {where or machine.machine()} (fake upstream in its own process).", "",
              "| kind | answers by status |", "|---|---|"]
     for kind, statuses in report.by_kind.items():
         lines.append(f"| {kind} | " + ", ".join(f"{status}: {count}" for status, count in statuses.items()) + " |")
@@ -287,7 +287,8 @@ def main() -> None:
     if report.lost_examples:
         print("lost:", *report.lost_examples, sep="\n  ")
     results = {**asdict(report), "growth": report.growth()}
-    meta = {"date": date.today().isoformat(), "where": where, "minutes": args.minutes, "rate": args.rate}
+    meta = {"date": date.today().isoformat(), "where": where, "minutes": args.minutes, "rate": args.rate,
+            "command": command_line("soak.py", sys.argv[1:]), "runs": 1}
     publish(args.out, "soak", meta, results, table(report, args.minutes, where),
             "Gateway RSS and open descriptors over the soak", plot)
 

@@ -30,6 +30,7 @@ import httpx
 
 from proxy.engine.process import EngineError
 from tests.bench import machine
+from tests.bench.report import command_line
 from tests.bench.soak_full_report import by_label, judge, publish_full, table
 from tests.bench.soak_ingest import Ingest, Ingests, check_store, write_batch
 from tests.bench.soak_samples import Samples
@@ -193,7 +194,7 @@ def main(args: argparse.Namespace) -> None:
     signal.signal(signal.SIGTERM, _interrupt)
     schedule = Schedule(args.minutes * 60, args.rate, args.ingest_every, args.kill_ingest_every)
     results = soak_full(schedule, keep=args.keep)
-    command = "python tests/bench/soak.py " + " ".join(sys.argv[1:])
+    command = command_line("soak.py", sys.argv[1:])
     print(table(results, command))
     for example in results["lost_examples"]:
         print("lost:", example, file=sys.stderr)

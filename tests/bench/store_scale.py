@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from tests.bench import machine  # noqa: E402
-from tests.bench.report import write_block, write_result  # noqa: E402
+from tests.bench.report import command_line, write_block, write_result  # noqa: E402
 
 DIMENSIONS = 384
 TENANTS = 10
@@ -261,7 +261,7 @@ def main() -> None:
                 print(f"{size} {store}: {runs[store][-1]}", flush=True)
         for store, measured in runs.items():
             results[f"{size}/{store}"] = summarize(measured)
-    command = "python tests/bench/store_scale.py " + " ".join(sys.argv[1:])
+    command = command_line("store_scale.py", sys.argv[1:])
     versions = ", ".join(v for v in (machine.version(name) for name in ("qdrant-client", "qdrant-edge-py")) if v)
     when = date.today().isoformat()
     block = "\n".join([
