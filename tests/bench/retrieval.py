@@ -6,10 +6,13 @@ chunks, each also stored as a near-copy, as re-published pages are). Measures, i
     micro-batcher (batches of up to 32) and without it (batches of 1), every question a first ask
     (``tests/bench/retrieval_path_worker.py``, one process per round); with ``--baseline REF`` the same
     rounds also run on a worktree of REF, alternating with this tree, so old and new are side by side;
-  * the cached path: a repeated question answered from the passage cache;
   * evidence tokens with selection (dedupe, merge, budget) against the plain top-N concatenation.
 
+With ``--tiers`` it measures only a repeated question answered by the passage cache's tiers, in process and
+from Redis (a local redis-server, as replicas share it), ``--runs`` times, into docs/retrieval_tiers.json.
+
     python tests/bench/retrieval.py [--baseline REF] [--runs 3] [--questions 256] [--out docs/benchmarks.md]
+    python tests/bench/retrieval.py --tiers [--runs 3]
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -104,9 +108,8 @@ def path_lines(args: argparse.Namespace, data: dict) -> list[str]:
     return lines
 
 
-async def main_async(args: argparse.Namespace, data: dict) -> list[str]:
-    """The block's lines; ``data`` receives the numbers behind them (the result file)."""
-    lines = path_lines(args, data)  # first, in worker processes, while this one holds no model
+async def filled_store() -> tuple[LocalMiniLM, EdgeStore]:
+    """MiniLM and an embedded store holding the synthetic corpus, in this process."""
     embedder = LocalMiniLM()
     store = EdgeStore.open(Path(tempfile.mkdtemp()) / "qdrant", dimensions=embedder.dimensions)
     chunks = corpus()
@@ -115,23 +118,15 @@ async def main_async(args: argparse.Namespace, data: dict) -> list[str]:
     stored = [StoredChunk(f"00000000-0000-4000-8000-{i:012d}", vector, "bench", doc, index, text, doc, 0, len(text))
               for i, ((doc, index, text), vector) in enumerate(zip(chunks, vectors, strict=True))]
     await store.upsert("bench", "bench", stored)
+    return embedder, store
+
+
+async def main_async(args: argparse.Namespace, data: dict) -> list[str]:
+    """The block's lines; ``data`` receives the numbers behind them (the result file)."""
+    lines = path_lines(args, data)  # first, in worker processes, while this one holds no model
+    embedder, store = await filled_store()
     questions = bench_questions(args.questions)
     settings = TenantRetrieval(collection="bench", candidates=20, top_n=5, budget_tokens=1500)
-
-    cached = Retriever(embedder, store, max_batch=32, max_wait=0, cache=RetrievalCache(ttl=300, empty_ttl=30))
-    repeated = questions[:64]
-    for question in repeated:
-        await cached.retrieve("bench", settings, question)
-    hits = []
-    for question in repeated * 4:
-        started = time.perf_counter()
-        await cached.retrieve("bench", settings, question)
-        hits.append((time.perf_counter() - started) * 1000)
-    data["cached_lookup_ms"] = {"p50": percentile(hits, 0.5), "p95": percentile(hits, 0.95)}
-    lines += ["", f"Cached path (a repeated question: key, lookup, no model or store), {len(hits)} lookups: "
-              f"p50 {percentile(hits, 0.5):.3f} ms, p95 {percentile(hits, 0.95):.3f} ms."]
-
-    lines += ["", await shared_tier_line(cached, settings, repeated)]
 
     plain, selected = [], []
     wide = EvidencePolicy(top_n=10, budget_tokens=100_000, duplicate_similarity=settings.duplicate_similarity)
@@ -150,12 +145,66 @@ async def main_async(args: argparse.Namespace, data: dict) -> list[str]:
     return lines
 
 
-async def shared_tier_line(filled: Retriever, settings: TenantRetrieval, questions: list[str]) -> str:
-    """A repeated question answered by Redis (another replica stored it; this one's front tier is empty)."""
-    import shutil
+async def tiers_run(questions: list[str]) -> dict[str, list[float]]:
+    """One run: the read times (ms) of a repeated question in each tier of the passage cache."""
+    embedder, store = await filled_store()
+    settings = TenantRetrieval(collection="bench", candidates=20, top_n=5, budget_tokens=1500)
+    cached = Retriever(embedder, store, max_batch=32, max_wait=0, cache=RetrievalCache(ttl=300, empty_ttl=30))
+    for question in questions:
+        await cached.retrieve("bench", settings, question)
+    in_process = []
+    for question in questions * 4:
+        started = time.perf_counter()
+        await cached.retrieve("bench", settings, question)
+        in_process.append((time.perf_counter() - started) * 1000)
+    from_redis = await redis_reads(cached, settings, questions)
+    await store.aclose()
+    await embedder.aclose()
+    return {"in_process": in_process, "redis": from_redis}
 
+
+def tiers(args: argparse.Namespace) -> None:
+    """``--tiers``: each tier's p50 and p95 in each of ``args.runs`` runs, the medians and ranges to the docs."""
     if shutil.which("redis-server") is None:
-        return "Redis tier: not measured (no redis-server here)."
+        sys.exit("redis-server is needed for --tiers: apt-get install -y redis-server (make test installs it)")
+    questions = bench_questions(args.questions)[:64]
+    runs = []
+    for number in range(args.runs):
+        reads = asyncio.run(tiers_run(questions))
+        runs.append({tier: {"reads": len(times), "p50_ms": percentile(times, 0.5), "p95_ms": percentile(times, 0.95)}
+                     for tier, times in reads.items()})
+        print(f"run {number + 1}: {json.dumps(runs[-1])}", flush=True)
+    summary = {tier: {key: spread([run[tier][key] for run in runs]) for key in ("p50_ms", "p95_ms")}
+               for tier in runs[0]}
+    command = command_line("retrieval.py", sys.argv[1:])
+    versions = ", ".join(v for v in (machine.version(name) for name in ("redis", "qdrant-edge-py")) if v)
+    redis_version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()
+    server = next((word.split("=", 1)[1] for word in redis_version if word.startswith("v=")), "unknown")
+    when = date.today().isoformat()
+    meta = {"date": when, "machine": machine.machine(), "versions": f"redis-server {server}, {versions}",
+            "command": command, "runs": args.runs, "questions": len(questions)}
+    labels = {"in_process": "in process (this replica's passage cache)",
+              "redis": "Redis (another replica stored it; a local redis-server, this replica's front tier expired, so "
+                       "every read goes to Redis and decodes the passages)"}
+    lines = [f"Command: `{command}`; run of {when} on {meta['machine']}; {meta['versions']}.", "",
+             f"A repeated question answered from the passage cache, no model or store: {len(questions)} questions "
+             f"read 4 times each per run; median of {args.runs} runs [range].", "",
+             "| tier | p50 ms | p95 ms |", "|---|---|---|"]
+    for tier, figures in summary.items():
+        cells = [f"{f['median']:.3f} [{f['min']:.3f}-{f['max']:.3f}]" for f in (figures["p50_ms"], figures["p95_ms"])]
+        lines.append(f"| {labels[tier]} | {' | '.join(cells)} |")
+    lines += ["", "Result file: `docs/retrieval_tiers.json`."]
+    write_result(Path(args.out), "retrieval_tiers", meta, {"summary": summary, "runs": runs})
+    write_block(Path(args.out), "retrieval_tiers", "\n".join(lines))
+    print("\n".join(lines))
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": median(values), "min": min(values), "max": max(values)}
+
+
+async def redis_reads(filled: Retriever, settings: TenantRetrieval, questions: list[str]) -> list[float]:
+    """A repeated question answered by Redis (another replica stored it; this one's front tier is empty)."""
     from proxy.caches.tiered import tiered_cache
     from proxy.config.redis import RedisConfig
     from tests.support.redis_server import RedisServer
@@ -184,9 +233,7 @@ async def shared_tier_line(filled: Retriever, settings: TenantRetrieval, questio
         await reader.aclose()
     finally:
         server.stop()
-    return (f"Redis tier (shared by replicas; a local redis-server, the front tier expired so every read "
-            f"goes to Redis and decodes the passages), {len(reads)} reads: p50 {percentile(reads, 0.5):.3f} ms, "
-            f"p95 {percentile(reads, 0.95):.3f} ms.")
+    return reads
 
 
 def main() -> None:
@@ -195,7 +242,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="rounds of the path measurement")
     parser.add_argument("--baseline", help="a git ref whose tree runs the same rounds, side by side")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
+    parser.add_argument("--tiers", action="store_true",
+                        help="only the passage cache's tiers (in process, Redis), --runs times: retrieval_tiers.json")
     args = parser.parse_args()
+    if args.tiers:
+        tiers(args)
+        return
     data: dict = {}
     lines = asyncio.run(main_async(args, data))
     command = command_line("retrieval.py", sys.argv[1:])
