@@ -141,9 +141,12 @@ class UpstreamConfig(_Frozen):
     balance: Literal["prefix", "kv_events", "least_loaded"] = "prefix"
     """replica choice: `prefix` sends prompts that start alike to the same replica (consistent hashing over the
     rendered prompt's first `affinity_chars` characters, the model and the cache salt, so every prefixgate process
-    picks the same engine with no shared state); `kv_events` first sends a prompt to the replica whose engine holds
-    the most of it now, by the blocks its engines report (`kv_events`), under the same `load_bound`, and by `prefix`
-    where none holds any; `least_loaded` takes the replica with the fewest requests in flight"""
+    picks the same engine with no shared state), within `load_bound`; `kv_events` sends a prompt to the replica
+    whose engine holds the longest part of it now, by the blocks the engines report (`kv_events`; of engines holding
+    as much, the less loaded), while that replica's requests in flight stay within `kv_events.held_bound` times the
+    pool's mean, and a prompt no engine holds within that to the emptier of its two replicas on the ring (by the
+    blocks their engines report; the less loaded where both hold about as many), from there within `load_bound` as
+    with `prefix`; `least_loaded` takes the replica with the fewest requests in flight"""
     kv_events: KvEvents = KvEvents()
     """with `balance: kv_events`: where the engines' KV-cache events come from, and the model's files to match
     prompts with them"""
