@@ -11,7 +11,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from policies.refusals import Refused
+from policies.admission.refusals import Refused
 from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.gateway import Config
 from proxy.config.load import config_from_dump

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from functools import partial
 
-from policies.input_limits import InputLimits
+from policies.request.input_limits import InputLimits
 from proxy.admission.rate_limiter import open_limiter
 from proxy.admission.request_admission import Admission
 from proxy.admission.token_count import TokenCounter
@@ -23,6 +24,7 @@ from proxy.observability.prefix_meter import PrefixMeter
 from proxy.retrieval.retriever import Retriever, StoreOpener
 from proxy.transports.base import TransportFactory
 from proxy.upstream.litellm_pool import load_litellm
+from proxy.upstream.load_samples import pool_load_samples
 from proxy.upstream.pools import Upstreams
 
 
@@ -47,7 +49,7 @@ class Gateway:
     async def start(cls, config: Config, metrics: Metrics, *, open_store: StoreOpener | None = None,
                     transports: TransportFactory | None = None, clock: Clock = SYSTEM_CLOCK) -> Gateway:
         upstreams = Upstreams(config, transports, clock)
-        metrics.attach(upstreams)
+        metrics.attach(partial(pool_load_samples, upstreams))
         if any(pool.kind == "litellm" for pool in config.pools):
             await asyncio.to_thread(load_litellm)  # about a second of imports, off the event loop
         await upstreams.discover()

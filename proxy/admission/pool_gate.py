@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 
-from policies.fair_queue import FairQueue
-from policies.refusals import Refused, Shed, ShedReason
+from policies.admission.fair_queue import FairQueue
+from policies.admission.refusals import Refused, Shed, ShedReason
 
 
 class PoolGate:

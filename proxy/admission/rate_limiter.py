@@ -20,7 +20,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from policies.limits import WINDOW_SECONDS, Entry, RateLimits, SlidingWindow, Verdict
+from policies.admission.limits import WINDOW_SECONDS, Entry, RateLimits, SlidingWindow, Verdict
 from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.redis import RedisConfig
 from proxy.micro_batch import MicroBatcher

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from policies.length import LengthHistory, Prediction, Step, features_of, length_key, predict, step_of
-from policies.limits import RateLimits, output_reservation, ratelimit_headers
-from policies.refusals import LimiterDown, RateLimited, Refused
-from policies.stable_prefix import Pieces
-from policies.token_caps import TokenCaps, cap_output, check_prompt_tokens, requested_output
+from policies.admission.length import LengthHistory, Prediction, Step, features_of, length_key, predict, step_of
+from policies.admission.limits import RateLimits, output_reservation, ratelimit_headers
+from policies.admission.refusals import LimiterDown, RateLimited, Refused
+from policies.admission.token_caps import TokenCaps, cap_output, check_prompt_tokens, requested_output
+from policies.prompt.stable_prefix import Pieces
 from proxy.admission.rate_limiter import Limiter, LimiterUnavailable, Ticket
 from proxy.admission.token_count import TokenCounter
 from proxy.observability.metrics import Metrics

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from policies.stable_prefix import Pieces
+from policies.prompt.stable_prefix import Pieces
 
 
 def estimate_prompt_tokens(texts: Iterable[str]) -> int:

@@ -11,9 +11,8 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 
-from policies.refusals import Refused, Unauthorized
-
-OPEN_TENANT = "default"
+from policies.admission.refusals import Refused, Unauthorized
+from proxy.config.gateway import OPEN_TENANT
 
 
 def _digest(key: str) -> bytes:

@@ -1,6 +1,6 @@
 """The deployment's cache-salt secret: configured, or generated once into the data directory.
 
-Every ``cache_salt`` prefixgate sends is keyed with it (``policies.cache_salt``), so it must stay the same
+Every ``cache_salt`` prefixgate sends is keyed with it (``policies.prompt.cache_salt``), so it must stay the same
 across restarts (or every restart starts the engines' prefix caches cold for every tenant) and be the
 same on every gateway replica in front of the same engines. A configured one
 (``auth.cache_salt_secret`` or ``$PREFIXGATE_CACHE_SALT_SECRET``) wins; without one, the first process

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policies.cache_salt import SaltPolicy, salt_policy
-from policies.limits import RateLimits
-from policies.lines import LineScanner
-from policies.prompt import PromptPolicy
-from policies.templates import compile_template
-from policies.token_caps import TokenCaps
-from policies.volatile import custom_detectors
+from policies.admission.limits import RateLimits
+from policies.admission.token_caps import TokenCaps
+from policies.prompt.cache_salt import SaltPolicy, salt_policy
+from policies.prompt.lines import LineScanner
+from policies.prompt.prompt import PromptPolicy
+from policies.prompt.templates import compile_template
+from policies.prompt.volatile import custom_detectors
 from proxy.admission.request_admission import TenantAdmission
-from proxy.auth.keys import OPEN_TENANT
-from proxy.config.gateway import Config, LimitsConfig
+from proxy.config.gateway import OPEN_TENANT, Config, LimitsConfig
 from proxy.config.prompt import PromptConfig
 from proxy.config.retrieval import TenantRetrieval
 

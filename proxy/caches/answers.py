@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 from starlette.types import Send
 
-from policies.answer_cache import stream_from_completion
+from policies.answers.answer_cache import stream_from_completion
 from proxy.caches.tiered import TieredCache
 
 

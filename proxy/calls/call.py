@@ -24,7 +24,7 @@ from time import perf_counter
 from starlette.types import Message, Receive, Scope, Send
 from uvicorn.protocols.utils import ClientDisconnected
 
-from policies.refusals import InternalError, Refusal, Refused, Shed, ShuttingDown
+from policies.admission.refusals import InternalError, Refusal, Refused, Shed, ShuttingDown
 from proxy.admission.pool_gate import PoolGate
 from proxy.admission.request_admission import AdmissionHold
 from proxy.caches.answers import AnswerToStore

@@ -1,6 +1,6 @@
 """One answer from two legs: the short pool's, cut at its threshold, and the long pool's continuation.
 
-``ContinuedAnswer`` is the ``AnswerTap`` of a call that starts short (``policies.continuation``). The
+``ContinuedAnswer`` is the ``AnswerTap`` of a call that starts short (``policies.routing.continuation``). The
 ``Exchange`` of each leg hands it what the engine sent; it reads every event (it needs the short leg's
 text to continue from) and sends on what the client is to see:
 
@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from policies.continuation import Cut, SeamStop, continues
+from policies.routing.continuation import Cut, SeamStop, continues
 
 Usage = tuple[int | None, int | None]
 _DATA = b"data: "

@@ -16,10 +16,10 @@ from time import perf_counter
 import orjson
 from starlette.types import Send
 
-from policies.answer_cache import completion_from_stream
-from policies.refusals import UpstreamFailed, UpstreamFailure
-from policies.retry import retry_within_budget, retryable
-from policies.usage import hide_usage_events, stream_events, streamed_completion_tokens, usage_in
+from policies.admission.refusals import UpstreamFailed, UpstreamFailure
+from policies.answers.answer_cache import completion_from_stream
+from policies.answers.usage import hide_usage_events, stream_events, streamed_completion_tokens, usage_in
+from policies.routing.retry import retry_within_budget, retryable
 from proxy.caches.answers import AnswerToStore
 from proxy.calls.outgoing import CLIENT_CLOSED, Outcome, Outgoing
 from proxy.observability.request_record import RequestRecord

@@ -18,11 +18,11 @@ from typing import Any
 
 import orjson
 
-from policies.prefix_sim import CacheSimulation, PrefixIndex, render_chat, top_counts
-from policies.prompt import PromptPolicy, rewrite_chat
-from policies.types import Rejection
-from policies.validate import validate_request
-from policies.volatile import find_volatile
+from policies.prompt.prefix_sim import CacheSimulation, PrefixIndex, render_chat, top_counts
+from policies.prompt.prompt import PromptPolicy, rewrite_chat
+from policies.prompt.volatile import find_volatile
+from policies.request.types import Rejection
+from policies.request.validate import validate_request
 from proxy.auth.tenants import tenant_policies
 from proxy.commands.command_config import config_or_report
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from proxy.auth.keys import OPEN_TENANT
+from proxy.config.gateway import OPEN_TENANT
 from proxy.retrieval.local_mode import LocalModeFolder, holds_local_mode
 
 

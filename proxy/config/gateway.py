@@ -10,7 +10,6 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from proxy.auth.keys import OPEN_TENANT
 from proxy.config.auth import AuthConfig
 from proxy.config.frozen import Frozen as _Frozen
 from proxy.config.pools import PoolConfig, UpstreamConfig
@@ -20,6 +19,7 @@ from proxy.config.responses import ResponsesConfig
 from proxy.config.retrieval import AnswerCacheConfig, RetrievalConfig, TenantRetrieval
 from proxy.config.server import AccessLogConfig, EngineConfig, MetricsConfig, ServerConfig
 
+OPEN_TENANT = "default"  # the tenant of every request while no API keys are configured
 
 class LimitsConfig(_Frozen):
     """Admission per tenant (see docs/configuration.md, section limits). None: no limit."""

@@ -9,8 +9,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from policies.templates import compile_template
-from policies.volatile import BUILTIN_KINDS
+from policies.prompt.templates import compile_template
+from policies.prompt.volatile import BUILTIN_KINDS
 from proxy.config.frozen import Frozen as _Frozen
 
 

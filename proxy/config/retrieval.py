@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from policies.boilerplate import BoilerplateRule
+from policies.retrieval.boilerplate import BoilerplateRule
 from proxy.config.frozen import Frozen as _Frozen
 
 

@@ -5,13 +5,32 @@ because none of it touches how a request is rewritten or routed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field
 
-from policies.input_limits import InputLimits
+from policies.request.input_limits import InputLimits
 from proxy.config.frozen import Frozen as _Frozen
-from proxy.connections.guard import ConnectionLimits, default_max_connections
+
+DEFAULT_CAP = 10_000  # connections per process when the open-file limit allows more
+RESERVED_FILES = 256  # descriptors kept for upstream connections, the store, logs
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """What ``ConnectionGuard`` enforces: its deadlines (seconds) and its cap."""
+
+    header_timeout: float
+    body_timeout: float
+    keepalive_timeout: float
+    max_connections: int
+
+
+def default_max_connections(file_limit: int) -> int:
+    """Half of what the open-file limit leaves after a reserve: each client connection being answered
+    may hold an upstream connection too. At most ``DEFAULT_CAP``, which fits a 1 GiB container."""
+    return max(16, min(DEFAULT_CAP, (file_limit - RESERVED_FILES) // 2))
 
 
 class ServerConfig(_Frozen):

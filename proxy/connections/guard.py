@@ -32,8 +32,9 @@ import resource
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
+
+from proxy.config.server import ConnectionLimits
 
 log = logging.getLogger("prefixgate")
 
@@ -45,8 +46,6 @@ EVICTED = "evicted"  # waited longest for its request when the cap needed its pl
 OVER_CAPACITY = "over_capacity"  # opened while every connection was being answered: 503
 REASONS = (IDLE, HEADER_TIMEOUT, BODY_TIMEOUT, EVICTED, OVER_CAPACITY)
 
-DEFAULT_CAP = 10_000  # connections per process when the open-file limit allows more
-RESERVED_FILES = 256  # descriptors kept for upstream connections, the store, logs
 SLACK_S = 0.05  # the timer fires this late, so deadlines that fall together expire in one pass
 REPORT_EVERY_S = 10.0  # at most one log line per this many seconds of closes
 
@@ -69,14 +68,6 @@ class ConnectionEvents(Protocol):
     def dropped(self, reason: str) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class ConnectionLimits:
-    header_timeout: float
-    body_timeout: float
-    keepalive_timeout: float
-    max_connections: int
-
-
 def raise_file_limit() -> int:
     """Raise this process's soft open-file limit to its hard limit (as Go's runtime does: a soft limit of
     1,024 is a relic) and return it; worker processes started later inherit it."""
@@ -94,12 +85,6 @@ def file_limit() -> int:
     """This process's soft open-file limit (unlimited counts as a million)."""
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     return 1 << 20 if soft == resource.RLIM_INFINITY else soft
-
-
-def default_max_connections(file_limit: int) -> int:
-    """Half of what the open-file limit leaves after a reserve: each client connection being answered
-    may hold an upstream connection too. At most ``DEFAULT_CAP``, which fits a 1 GiB container."""
-    return max(16, min(DEFAULT_CAP, (file_limit - RESERVED_FILES) // 2))
 
 
 class ConnectionGuard:

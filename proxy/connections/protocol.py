@@ -17,7 +17,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from policies.refusals import RequestTimeout, TooManyConnections
+from policies.admission.refusals import RequestTimeout, TooManyConnections
 from proxy.connections.guard import EVICTED, HEADER_TIMEOUT, IDLE, ConnectionGuard
 from proxy.wire.errors import openai_error
 

@@ -19,8 +19,8 @@ from cachetools import TLRUCache
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from policies.refusals import Refused, StateUnavailable
-from policies.responses import StoredResponse
+from policies.admission.refusals import Refused, StateUnavailable
+from policies.prompt.responses import StoredResponse
 from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.redis import RedisConfig
 from proxy.config.responses import ResponsesConfig

@@ -7,8 +7,8 @@ from typing import Any
 import orjson
 from starlette.types import Receive
 
-from policies.refusals import Refused
-from policies.types import Rejection
+from policies.admission.refusals import Refused
+from policies.request.types import Rejection
 
 
 class ClientGone(Exception):

@@ -10,8 +10,8 @@ from typing import Any
 
 import orjson
 
-from policies.continuation import continuable, continuation_body, cut_body, cut_of, stops_of
-from policies.types import RequestView
+from policies.request.types import RequestView
+from policies.routing.continuation import continuable, continuation_body, cut_body, cut_of, stops_of
 from proxy.calls.call import Continuation
 from proxy.calls.continued_answer import ContinuedAnswer
 from proxy.calls.outgoing import Outgoing

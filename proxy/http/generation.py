@@ -18,15 +18,15 @@ from time import perf_counter
 
 from starlette.types import Receive, Scope, Send
 
-from policies.answer_cache import answer_key
-from policies.continuation import continuable
-from policies.input_limits import check_input_limits
-from policies.prompt import rewrite_chat
-from policies.refusals import InternalError, Refused
-from policies.request_plan import ShapedBody, plan_call, shape_body
-from policies.stable_prefix import chat_pieces, completion_pieces
-from policies.types import Endpoint, Rejection, RequestView
-from policies.validate import validate_request
+from policies.admission.refusals import InternalError, Refused
+from policies.admission.request_plan import ShapedBody, plan_call, shape_body
+from policies.answers.answer_cache import answer_key
+from policies.prompt.prompt import rewrite_chat
+from policies.prompt.stable_prefix import chat_pieces, completion_pieces
+from policies.request.input_limits import check_input_limits
+from policies.request.types import Endpoint, Rejection, RequestView
+from policies.request.validate import validate_request
+from policies.routing.continuation import continuable
 from proxy.admission.request_admission import AdmissionHold, Admitted
 from proxy.auth.tenants import TenantPolicy
 from proxy.caches.answers import AnswerToStore, send_stored_answer

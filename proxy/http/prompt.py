@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from policies.request_plan import CallPlan, ShapedBody
-from policies.stable_prefix import Pieces
+from policies.admission.request_plan import CallPlan, ShapedBody
+from policies.prompt.stable_prefix import Pieces
 
 
 class Planned(NamedTuple):

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.refusals import Refused
-from policies.responses import (
+from policies.admission.refusals import Refused
+from policies.prompt.responses import (
     continued,
     input_messages,
     response_not_found,
@@ -19,8 +19,8 @@ from policies.responses import (
     rewrite_responses,
     with_input_messages,
 )
-from policies.stable_prefix import chat_pieces
-from policies.types import Rejection
+from policies.prompt.stable_prefix import chat_pieces
+from policies.request.types import Rejection
 from proxy.auth.tenants import TenantPolicy
 from proxy.conversations.answer import ResponsesAnswer
 from proxy.gateway import Gateway

@@ -22,17 +22,17 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from policies.continuation import continuable, cut_of
-from policies.input_limits import check_input_limits
-from policies.length import Prediction
-from policies.prompt import rewrite_chat
-from policies.refusals import AdminOnly, Refused, UnknownTenant
-from policies.stable_prefix import chat_pieces, completion_pieces
-from policies.token_caps import cap_output
-from policies.types import Endpoint, Rejection
-from policies.validate import validate_request
-from proxy.auth.keys import OPEN_TENANT
+from policies.admission.length import Prediction
+from policies.admission.refusals import AdminOnly, Refused, UnknownTenant
+from policies.admission.token_caps import cap_output
+from policies.prompt.prompt import rewrite_chat
+from policies.prompt.stable_prefix import chat_pieces, completion_pieces
+from policies.request.input_limits import check_input_limits
+from policies.request.types import Endpoint, Rejection
+from policies.request.validate import validate_request
+from policies.routing.continuation import continuable, cut_of
 from proxy.auth.tenants import TenantPolicy
+from proxy.config.gateway import OPEN_TENANT
 from proxy.gateway import Gateway
 from proxy.http.body import ClientGone, decode_json, read_body
 from proxy.upstream.pool import Pool

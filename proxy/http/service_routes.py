@@ -12,7 +12,7 @@ import yaml
 from starlette.requests import Request
 from starlette.responses import Response
 
-from policies.refusals import AdminOnly, Refused
+from policies.admission.refusals import AdminOnly, Refused
 from proxy.gateway import Gateway
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator
 
-from policies.kv_blocks import HeldBlocks, HeldWalk, KeyChain, extend_keys
+from policies.routing.kv_blocks import HeldBlocks, HeldWalk, KeyChain, extend_keys
 from proxy.kv_events.prompt_tokens import PromptTokens
 
 CHUNK_CHARS = 1024  # about two of a CPU engine's 128-token blocks, a sixth of a GPU engine's 16-token ones

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.message_text import is_text_part, text_of
+from policies.prompt.message_text import is_text_part, text_of
 
 DEFAULT_MAX_CHARS = 32_768
 

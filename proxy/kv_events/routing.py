@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import orjson
 import zmq.asyncio
 
-from policies.kv_blocks import HeldBlocks
+from policies.routing.kv_blocks import HeldBlocks
 from proxy.config.pools import KvEvents
 from proxy.kv_events.prefix_walk import PrefixWalk
 from proxy.kv_events.prompt_tokens import PromptTokens

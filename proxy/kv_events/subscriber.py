@@ -27,7 +27,7 @@ import msgspec
 import zmq
 import zmq.asyncio
 
-from policies.kv_blocks import HeldBlocks
+from policies.routing.kv_blocks import HeldBlocks
 from proxy.kv_events.messages import REPLAY_END, AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch, decode
 
 log = logging.getLogger("prefixgate")

@@ -12,16 +12,12 @@ the latest any worker wrote).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from prometheus_client import Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-
-if TYPE_CHECKING:
-    from proxy.upstream.pools import Upstreams
 
 REPLICA = ("pool", "replica")
 
@@ -67,50 +63,17 @@ KV_BATCHES = LoadGauge("prefixgate_kv_event_batches", "KV-event batches received
                        mode="liveall", counter=True)
 KV_MISSED = LoadGauge("prefixgate_kv_event_batches_missed", "KV-event batches of a replica lost for good (not "
                       "replayed): its blocks were forgotten and learnt again.", mode="liveall", counter=True)
+# What the pools report, read at scrape time: (gauge, label values, value) (``pool_load_samples``).
+LoadSamples = Callable[[], Iterable[tuple[LoadGauge, list[str], float]]]
 GAUGES = (IN_FLIGHT, HEALTHY, QUEUED, ENGINE_UP, OTHERS, RUNNING, WAITING, KV_USAGE, HIT_RATE, PREEMPTIONS,
           SHORT_RECALL, LENGTH_SPLIT, KV_BLOCKS, KV_LAG, KV_BATCHES, KV_MISSED)
-
-
-def load_samples(upstreams: Upstreams, now: float) -> Iterator[tuple[LoadGauge, list[str], float]]:
-    """Every load value of the gateway's pools, as (gauge, label values, value)."""
-    for pool in upstreams.all_pools():
-        for replica in pool.replicas:
-            key = [pool.name, replica.base_url]
-            yield IN_FLIGHT, key, replica.in_flight
-            yield HEALTHY, key, 0 if replica.health.tripped else 1
-            if pool.engine_metrics.interval > 0:
-                yield ENGINE_UP, key, 1 if replica.reading_ok else 0
-            reading = replica.reading
-            if reading is None:
-                continue
-            yield OTHERS, key, replica.others_at(now)
-            yield RUNNING, key, reading.sample.running
-            yield WAITING, key, reading.sample.waiting
-            yield KV_USAGE, key, reading.sample.kv_usage
-            if reading.hit_rate is not None:
-                yield HIT_RATE, key, reading.hit_rate
-            yield PREEMPTIONS, key, reading.sample.preemptions
-        if pool.gate is not None:
-            yield QUEUED, [pool.name], pool.gate.queue.size
-        if pool.kv is not None:
-            for replica, feed in zip(pool.replicas, pool.kv.feeds, strict=True):
-                key = [pool.name, replica.base_url]
-                yield KV_BLOCKS, key, pool.kv.index.size(feed.replica)
-                yield KV_LAG, key, feed.state.lag_s
-                yield KV_BATCHES, key, feed.state.batches
-                yield KV_MISSED, key, feed.state.missed
-        if pool.recall is not None:
-            recall = pool.recall.recall
-            if recall is not None:
-                yield SHORT_RECALL, [pool.name], recall
-            yield LENGTH_SPLIT, [pool.name], 1 if pool.splits else 0
 
 
 class LoadCollector(Collector):
     """One process: the load values, read at scrape time."""
 
     def __init__(self) -> None:
-        self.upstreams: Upstreams | None = None  # set once the gateway has started
+        self.samples: LoadSamples | None = None  # set once the gateway has started
 
     def collect(self) -> Iterator[Metric]:
         families: dict[LoadGauge, Metric] = {
@@ -118,8 +81,8 @@ class LoadCollector(Collector):
                 gauge.name, gauge.help, labels=list(gauge.labels))
             for gauge in GAUGES
         }
-        if self.upstreams is not None:
-            for gauge, labels, value in load_samples(self.upstreams, self.upstreams.clock()):
+        if self.samples is not None:
+            for gauge, labels, value in self.samples():
                 families[gauge].add_metric(labels, value)  # type: ignore[attr-defined]
         yield from families.values()
 
@@ -129,7 +92,7 @@ class LoadGauges:
     ``interval`` and at every scrape this worker answers."""
 
     def __init__(self, interval: float = 1.0) -> None:
-        self.upstreams: Upstreams | None = None
+        self.samples: LoadSamples | None = None
         self.interval = interval
         self._gauges = {
             # The engine's own counter becomes a gauge here (the multi-process files keep no other kind
@@ -140,8 +103,8 @@ class LoadGauges:
         }
 
     def publish(self) -> None:
-        if self.upstreams is not None:
-            for gauge, labels, value in load_samples(self.upstreams, self.upstreams.clock()):
+        if self.samples is not None:
+            for gauge, labels, value in self.samples():
                 self._gauges[gauge].labels(*labels).set(value)
 
     async def publish_forever(self) -> None:

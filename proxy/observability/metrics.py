@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.multiprocess import mark_process_dead
 
 from proxy.observability.connection_metrics import ConnectionMetrics
-from proxy.observability.load_metrics import LoadCollector, LoadGauges
+from proxy.observability.load_metrics import LoadCollector, LoadGauges, LoadSamples
 from proxy.observability.metric_families import (
     ContinuationFamilies,
     PromptFamilies,
@@ -21,9 +20,6 @@ from proxy.observability.metric_families import (
 )
 from proxy.observability.tallies import LOCAL_KINDS, SHARED_KINDS, CounterChild, HistogramChild
 from proxy.observability.worker_metrics import forget_dead_workers, multiprocess_dir, render_all_workers
-
-if TYPE_CHECKING:
-    from proxy.upstream.pools import Upstreams
 
 OTHER_TENANTS = "other"  # the tenant label of every tenant past the labelled ones
 
@@ -187,9 +183,9 @@ class Metrics:
     def observe_queue_wait(self, pool: str, seconds: float) -> None:
         self._routing.queue_wait.labels(pool).observe(seconds)
 
-    def attach(self, upstreams: Upstreams) -> None:
-        """Report the load of these pools; as one of several workers, publish it once a second."""
-        self.load.upstreams = upstreams
+    def attach(self, samples: LoadSamples) -> None:
+        """Report the load the pools give by ``samples``; as one of several workers, publish it once a second."""
+        self.load.samples = samples
         if isinstance(self.load, LoadGauges) and self._folder is not None:
             forget_dead_workers(self._folder)
             self._publisher = asyncio.get_running_loop().create_task(self.load.publish_forever())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from policies.stable_prefix import CHARS_PER_TOKEN, Pieces, shared_prefix, total_length
+from policies.prompt.stable_prefix import CHARS_PER_TOKEN, Pieces, shared_prefix, total_length
 from proxy.observability.metrics import Metrics
 
 

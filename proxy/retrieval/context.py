@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.evidence import question_of, render_evidence, with_evidence
+from policies.retrieval.evidence import question_of, render_evidence, with_evidence
 from proxy.config.retrieval import TenantRetrieval
 from proxy.observability.request_record import RequestRecord
 from proxy.retrieval.retriever import Retriever

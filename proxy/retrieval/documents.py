@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from policies.boilerplate import document_keys
+from policies.retrieval.boilerplate import document_keys
 
 _NAMESPACE = uuid.UUID("3c1f0a7e-52d4-5b8e-9f60-7d2a41c8e915")
 RECORD_FIELDS = ["doc_id", "source", "keys"]  # what ``DocumentStore.load`` reads: never the text
@@ -24,7 +24,7 @@ RECORD_FIELDS = ["doc_id", "source", "keys"]  # what ``DocumentStore.load`` read
 class DocumentRecord:
     doc_id: str
     source: str  # the file's name, shown with its passages
-    keys: frozenset[str]  # its paragraphs' keys (policies.boilerplate.document_keys)
+    keys: frozenset[str]  # its paragraphs' keys (policies.retrieval.boilerplate.document_keys)
     text: str | None = None  # as read; loaded only when the document is chunked again
 
     @classmethod

@@ -29,7 +29,7 @@ from typing import Any
 
 import qdrant_edge as edge
 
-from policies.evidence import Chunk
+from policies.retrieval.evidence import Chunk
 from proxy.retrieval.edge_records import EdgeRecords
 from proxy.retrieval.edge_shards import (
     MANIFEST,

@@ -1,10 +1,10 @@
 """Ingest: a tenant's documents -> boilerplate left out -> token-bounded chunks -> embeddings -> Qdrant.
 
-Chunk IDs come from tenant, document and position (``policies.chunking.chunk_id``), and a document's
+Chunk IDs come from tenant, document and position (``policies.retrieval.chunking.chunk_id``), and a document's
 old chunks are removed before its new ones go in, so ingesting again replaces: no duplicates, and no
 stale tail when a document got shorter.
 
-Boilerplate (``policies.boilerplate``) is judged over the tenant's whole collection: the documents
+Boilerplate (``policies.retrieval.boilerplate``) is judged over the tenant's whole collection: the documents
 stored before and this run's together. When a run, or a removal, changes which paragraphs are
 boilerplate, the stored documents holding one of them are chunked again from their recorded text
 (``VectorStore.records``), so every document follows the same rule whatever order the documents came in.
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from policies.boilerplate import (
+from policies.retrieval.boilerplate import (
     DEFAULT_RULE,
     BoilerplateRule,
     count_documents,
@@ -29,7 +29,7 @@ from policies.boilerplate import (
     repeated_keys,
     without_boilerplate,
 )
-from policies.chunking import chunk_id, chunk_spans
+from policies.retrieval.chunking import chunk_id, chunk_spans
 from proxy.retrieval.documents import DocumentRecord
 from proxy.retrieval.embeddings import Embedder
 from proxy.retrieval.reading import UnreadableDocument, document_id, find_documents, read_document

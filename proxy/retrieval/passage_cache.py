@@ -15,7 +15,7 @@ import unicodedata
 
 import orjson
 
-from policies.evidence import Passage
+from policies.retrieval.evidence import Passage
 from proxy.caches.tiered import TieredCache
 from proxy.config.retrieval import TenantRetrieval
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
 
-from policies.evidence import EvidencePolicy, Passage, select_evidence
-from policies.stable_prefix import CHARS_PER_TOKEN
+from policies.prompt.stable_prefix import CHARS_PER_TOKEN
+from policies.retrieval.evidence import EvidencePolicy, Passage, select_evidence
 from proxy.caches.tiered import tiered_cache
 from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.gateway import Config

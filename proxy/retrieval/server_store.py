@@ -21,7 +21,7 @@ from typing import Any
 
 from qdrant_client import AsyncQdrantClient, models
 
-from policies.evidence import Chunk
+from policies.retrieval.evidence import Chunk
 from proxy.retrieval.documents import RECORD_FIELDS, DocumentRecord, record_id
 from proxy.retrieval.vector_store import (
     DENSE_VECTOR,

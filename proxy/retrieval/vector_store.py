@@ -18,7 +18,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from policies.evidence import Chunk
+from policies.retrieval.evidence import Chunk
 from proxy.retrieval.documents import DocumentStore
 
 DENSE_VECTOR = "dense"

@@ -16,7 +16,7 @@ import orjson
 from starlette.types import Send
 from uvicorn.protocols.utils import ClientDisconnected
 
-from policies.refusals import ProviderFailed
+from policies.admission.refusals import ProviderFailed
 from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.pools import PoolConfig
 from proxy.transports.base import TransportFactory

@@ -14,13 +14,13 @@ from typing import Any, ClassVar
 
 import orjson
 
-from policies.affinity import HashRing, prefix_key
-from policies.health import EjectionRules, usable
-from policies.length import PoolOption, ShortRecall, split_pays
-from policies.refusals import Refused, Shed
-from policies.replica import ReplicaReason, pick_replica
-from policies.stable_prefix import Pieces
-from policies.token_caps import TokenCaps
+from policies.admission.length import PoolOption, ShortRecall, split_pays
+from policies.admission.refusals import Refused, Shed
+from policies.admission.token_caps import TokenCaps
+from policies.prompt.stable_prefix import Pieces
+from policies.routing.affinity import HashRing, prefix_key
+from policies.routing.health import EjectionRules, usable
+from policies.routing.replica import ReplicaReason, pick_replica
 from proxy.admission.pool_gate import PoolGate
 from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.pools import PoolConfig, Timeouts, UpstreamConfig

@@ -11,8 +11,8 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-from policies.pool_choice import PoolReason, choose_pool, long_pool
-from policies.refusals import Refused
+from policies.admission.refusals import Refused
+from policies.routing.pool_choice import PoolReason, choose_pool, long_pool
 from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.gateway import Config
 from proxy.transports.base import TransportFactory

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from policies.health import HEALTHY, EjectionRules, HealthState, after_failure, after_success
+from policies.routing.health import HEALTHY, EjectionRules, HealthState, after_failure, after_success
 from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.transports.base import Transport
 

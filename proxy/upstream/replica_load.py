@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from policies.engine_load import EngineSample, foreign_load, hit_rate, lasting_load, parse_engine_metrics
+from policies.routing.engine_load import EngineSample, foreign_load, hit_rate, lasting_load, parse_engine_metrics
 from proxy.transports.base import UpstreamError
 
 if TYPE_CHECKING:

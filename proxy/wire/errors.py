@@ -15,8 +15,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Send
 
-from policies.limits import ratelimit_headers, reset_text
-from policies.refusals import (
+from policies.admission.limits import ratelimit_headers, reset_text
+from policies.admission.refusals import (
     AdminOnly,
     InternalError,
     LimiterDown,
@@ -36,7 +36,7 @@ from policies.refusals import (
     UnknownTenant,
     UpstreamFailed,
 )
-from policies.types import Rejection
+from policies.request.types import Rejection
 
 _DEFAULT_TYPES = {
     400: "invalid_request_error",

@@ -47,7 +47,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from proxy.connections.guard import default_max_connections, raise_file_limit  # noqa: E402
+from proxy.config.server import default_max_connections  # noqa: E402
+from proxy.connections.guard import raise_file_limit  # noqa: E402
 from proxy.engine.process import free_port  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.overhead import WRK_SCRIPT, cpu_seconds, run_wrk, wait_http  # noqa: E402

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from policies.volatile import find_volatile  # noqa: E402
+from policies.prompt.volatile import find_volatile  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.report import command_line, write_block, write_result  # noqa: E402
 from tests.support.volatile_formats import FORMATS, PER_FORMAT, samples  # noqa: E402

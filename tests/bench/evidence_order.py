@@ -31,7 +31,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from policies.evidence import EvidencePolicy, Passage, render_evidence, select_evidence, with_evidence  # noqa: E402
+from policies.retrieval.evidence import EvidencePolicy, Passage, render_evidence, select_evidence, with_evidence  # noqa: E402
 from proxy.retrieval.edge_store import EdgeStore  # noqa: E402
 from proxy.retrieval.embeddings import LocalMiniLM  # noqa: E402
 from proxy.retrieval.ingestion import ingest  # noqa: E402

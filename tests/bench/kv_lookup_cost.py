@@ -32,7 +32,7 @@ import msgspec
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from policies.kv_blocks import HeldBlocks, block_keys  # noqa: E402
+from policies.routing.kv_blocks import HeldBlocks, block_keys  # noqa: E402
 from proxy.engine.tiny_model import ensure_tiny_model  # noqa: E402
 from proxy.kv_events.messages import BlockRemoved, BlockStored, KVEventBatch  # noqa: E402
 from proxy.kv_events.prefix_walk import PrefixWalk  # noqa: E402

@@ -40,11 +40,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from policies.length import PoolOption, choose_by_length  # noqa: E402
-from policies.limits import RateLimits  # noqa: E402
-from policies.prompt import PromptPolicy, rewrite_chat  # noqa: E402
-from policies.stable_prefix import chat_pieces  # noqa: E402
-from policies.token_caps import TokenCaps  # noqa: E402
+from policies.admission.length import PoolOption, choose_by_length  # noqa: E402
+from policies.admission.limits import RateLimits  # noqa: E402
+from policies.admission.token_caps import TokenCaps  # noqa: E402
+from policies.prompt.prompt import PromptPolicy, rewrite_chat  # noqa: E402
+from policies.prompt.stable_prefix import chat_pieces  # noqa: E402
 from proxy.admission.rate_limiter import MemoryLimiter  # noqa: E402
 from proxy.admission.request_admission import Admission, Admitted, TenantAdmission  # noqa: E402
 from proxy.admission.token_count import TokenCounter  # noqa: E402

@@ -43,9 +43,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from policies.cache_salt import tenant_salt  # noqa: E402
-from policies.prompt import PromptPolicy, rewrite_chat  # noqa: E402
-from proxy.auth.keys import OPEN_TENANT  # noqa: E402
+from policies.prompt.cache_salt import tenant_salt  # noqa: E402
+from policies.prompt.prompt import PromptPolicy, rewrite_chat  # noqa: E402
+from proxy.config.gateway import OPEN_TENANT  # noqa: E402
 from proxy.engine.process import LocalEngine, free_port  # noqa: E402
 from proxy.engine.tiny_model import ensure_tiny_model  # noqa: E402
 from tests.bench import machine  # noqa: E402

@@ -21,8 +21,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from policies.prompt import PromptPolicy, rewrite_chat
-from policies.stable_prefix import chat_pieces, shared_prefix
+from policies.prompt.prompt import PromptPolicy, rewrite_chat
+from policies.prompt.stable_prefix import chat_pieces, shared_prefix
 from tests.bench import machine
 
 WORDS = ("the agent must check the order status call tools when needed answer in the user's language "

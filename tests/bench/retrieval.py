@@ -34,7 +34,7 @@ from statistics import median
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from policies.evidence import EvidencePolicy, select_evidence  # noqa: E402
+from policies.retrieval.evidence import EvidencePolicy, select_evidence  # noqa: E402
 from proxy.config.retrieval import TenantRetrieval  # noqa: E402
 from proxy.retrieval.edge_store import EdgeStore  # noqa: E402
 from proxy.retrieval.embeddings import LocalMiniLM  # noqa: E402

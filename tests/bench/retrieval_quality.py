@@ -29,7 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from policies.boilerplate import DEFAULT_RULE  # noqa: E402
+from policies.retrieval.boilerplate import DEFAULT_RULE  # noqa: E402
 from proxy.config.retrieval import RetrievalConfig  # noqa: E402
 from proxy.retrieval.edge_store import EdgeStore  # noqa: E402
 from proxy.retrieval.embeddings import LocalMiniLM  # noqa: E402

@@ -53,7 +53,7 @@ import uvloop
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from policies.cache_salt import tenant_salt  # noqa: E402
+from policies.prompt.cache_salt import tenant_salt  # noqa: E402
 from proxy.engine.process import LocalEngine, free_port  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.open_loop import percentile, schedule  # noqa: E402
@@ -537,7 +537,8 @@ def _kv_summary(rows: dict[str, Any]) -> list[str]:
 
 def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
     kv = f"{meta['kv_blocks']} KV blocks of 128 tokens" if meta["kv_blocks"] else "1 GiB of KV cache (~1M tokens)"
-    command = f"Command: `{meta['command']}`." if "command" in meta else ""
+    note = f" ({meta['command_note']})" if meta.get("command_note") else ""
+    command = f"Command: `{meta['command']}`{note}." if "command" in meta else ""
     if meta.get("engine_urls"):  # engines started by a GPU script, which describes them in --where
         command = ("Command: `KIT=.gpu WHEELS=.whl bash tests/bench/gpu_routing.sh`, which starts the engines and "
                    "runs this phase as `routing.py --engine-urls` (its arguments are in the result file).")

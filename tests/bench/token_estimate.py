@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from policies.stable_prefix import CHARS_PER_TOKEN  # noqa: E402
+from policies.prompt.stable_prefix import CHARS_PER_TOKEN  # noqa: E402
 from proxy.admission.token_count import estimate_prompt_tokens  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.report import write_block, write_result  # noqa: E402

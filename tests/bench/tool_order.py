@@ -32,7 +32,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from policies.prompt import PromptPolicy  # noqa: E402
+from policies.prompt.prompt import PromptPolicy  # noqa: E402
 from proxy.commands.analyze import analyze, make_encoder  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.prefix_reuse import _spread, agent_system, run_cell, start_engine_on_own_core, ttft  # noqa: E402

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from policies.cache_salt import SHARED_PREFIX, salt_policy, tenant_salt
+from policies.prompt.cache_salt import SHARED_PREFIX, salt_policy, tenant_salt
 from tests.support.configs import pool
 from tests.support.embedded import Embedded
 from tests.support.metrics_text import sample_sum

@@ -16,8 +16,8 @@ import httpx
 import pytest
 import zmq.asyncio
 
-from policies.cache_salt import tenant_salt
-from policies.kv_blocks import HeldBlocks, block_keys
+from policies.prompt.cache_salt import tenant_salt
+from policies.routing.kv_blocks import HeldBlocks, block_keys
 from proxy.kv_events.prompt_tokens import PromptTokens
 from proxy.kv_events.subscriber import EventFeed
 from tests.support.configs import pool

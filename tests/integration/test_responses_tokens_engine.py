@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from policies.responses import responses_messages
+from policies.prompt.responses import responses_messages
 from proxy.kv_events.prompt_tokens import PromptTokens
 from tests.support.embedded import Embedded
 

@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from policies.evidence import EvidencePolicy, render_evidence, select_evidence
+from policies.retrieval.evidence import EvidencePolicy, render_evidence, select_evidence
 from proxy.retrieval.edge_store import EdgeStore
 from proxy.retrieval.embeddings import LocalMiniLM
 from proxy.retrieval.ingestion import ingest

@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from policies.usage import stream_events, streamed_completion_tokens, usage_in
+from policies.answers.usage import stream_events, streamed_completion_tokens, usage_in
 from tests.support.embedded import Embedded
 from tests.support.metrics_text import sample_sum
 

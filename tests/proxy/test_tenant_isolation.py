@@ -17,8 +17,8 @@ import orjson
 import pytest
 from qdrant_client import AsyncQdrantClient
 
-from policies.cache_salt import salt_policy, tenant_salt
-from policies.evidence import FOOTER, HEADER
+from policies.prompt.cache_salt import salt_policy, tenant_salt
+from policies.retrieval.evidence import FOOTER, HEADER
 from proxy.config.load import ConfigError
 from proxy.retrieval.retriever import StoreOpener
 from proxy.retrieval.server_store import ServerStore

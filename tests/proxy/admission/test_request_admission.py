@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from policies.length import RECALL_SAMPLES
+from policies.admission.length import RECALL_SAMPLES
 from tests.support.clock import FakeClock
 from tests.support.configs import make_config, pool
 from tests.support.fake_server import FakeServer

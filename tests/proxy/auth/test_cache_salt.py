@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from policies.cache_salt import SHARED_PREFIX, salt_policy, tenant_salt
+from policies.prompt.cache_salt import SHARED_PREFIX, salt_policy, tenant_salt
 from proxy.auth.salt_secret import SECRET_FILE, SecretFileError, deployment_secret
 from proxy.config.load import ConfigError, config_from_dump, dump_config
 from tests.support.configs import make_config, pool

@@ -6,8 +6,9 @@ import gc
 
 import pytest
 
-from policies.refusals import Refused, Unauthorized
-from proxy.auth.keys import OPEN_TENANT, KeyTable
+from policies.admission.refusals import Refused, Unauthorized
+from proxy.auth.keys import KeyTable
+from proxy.config.gateway import OPEN_TENANT
 
 ACME, ACME_2, GLOBEX = "sk-acme-0123456789", "sk-acme-second-key", "sk-globex-0123456789"
 ADMIN = "sk-admin-0123456789"

@@ -9,7 +9,7 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.answer_cache import answer_key, cacheable, completion_from_stream, stream_from_completion
+from policies.answers.answer_cache import answer_key, cacheable, completion_from_stream, stream_from_completion
 from tests.support.configs import pool
 from tests.support.fake_server import FakeServer
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import redis.asyncio as aioredis
 
-from policies.evidence import Passage
+from policies.retrieval.evidence import Passage
 from proxy.caches.tiered import TieredCache, tiered_cache
 from proxy.config.redis import RedisConfig
 from proxy.retrieval.passage_cache import RetrievalCache

@@ -8,7 +8,7 @@ import asyncio
 
 import orjson
 
-from policies.continuation import Cut
+from policies.routing.continuation import Cut
 from proxy.calls.continued_answer import ContinuedAnswer
 
 DONE = b"data: [DONE]\n\n"

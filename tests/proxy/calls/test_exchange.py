@@ -12,8 +12,8 @@ import httpx
 import orjson
 import pytest
 
-from policies.cache_salt import salt_policy
-from proxy.auth.keys import OPEN_TENANT
+from policies.prompt.cache_salt import salt_policy
+from proxy.config.gateway import OPEN_TENANT
 from tests.support.configs import pool
 from tests.support.fake_server import FakeServer
 from tests.support.waiting import wait_until

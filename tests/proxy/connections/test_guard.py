@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
+from proxy.config.server import ConnectionLimits, default_max_connections
 from proxy.connections.guard import (
     BODY_TIMEOUT,
     EVICTED,
@@ -16,8 +17,6 @@ from proxy.connections.guard import (
     IDLE,
     OVER_CAPACITY,
     ConnectionGuard,
-    ConnectionLimits,
-    default_max_connections,
 )
 
 

@@ -13,8 +13,8 @@ import pytest
 import redis.asyncio as aioredis
 from starlette.testclient import TestClient
 
-from policies.refusals import Refused, StateUnavailable
-from policies.responses import StoredResponse
+from policies.admission.refusals import Refused, StateUnavailable
+from policies.prompt.responses import StoredResponse
 from proxy.config.redis import RedisConfig
 from proxy.conversations.store import MemoryResponses, RedisResponses, _encode
 from tests.support import fake_responses

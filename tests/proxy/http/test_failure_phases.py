@@ -23,9 +23,9 @@ import pytest
 from starlette.testclient import TestClient
 from starlette.types import Send
 
-from policies.fair_queue import FairQueue
-from policies.limits import RateLimits, Verdict
-from policies.refusals import InternalError, ProviderFailed, Refusal, Refused
+from policies.admission.fair_queue import FairQueue
+from policies.admission.limits import RateLimits, Verdict
+from policies.admission.refusals import InternalError, ProviderFailed, Refusal, Refused
 from proxy.admission.pool_gate import PoolGate
 from proxy.admission.rate_limiter import Ticket
 from proxy.upstream import litellm_pool

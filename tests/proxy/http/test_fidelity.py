@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import pytest
 
-from policies.prompt import NOTE_HEADER
+from policies.prompt.prompt import NOTE_HEADER
 from tests.support.clock import FakeClock
 from tests.support.configs import pool
 from tests.support.in_memory import in_memory_gateway

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import httpx
 
-from policies.prompt import NOTE_HEADER
+from policies.prompt.prompt import NOTE_HEADER
 from tests.support.configs import pool
 from tests.support.fake_server import FakeServer
 from tests.support.metrics_text import sample_sum

@@ -7,8 +7,8 @@ import typing
 import orjson
 import pytest
 
-from policies.limits import RateLimits, Verdict
-from policies.refusals import (
+from policies.admission.limits import RateLimits, Verdict
+from policies.admission.refusals import (
     AdminOnly,
     InternalError,
     LimiterDown,
@@ -27,7 +27,7 @@ from policies.refusals import (
     UnknownTenant,
     UpstreamFailed,
 )
-from policies.types import Rejection
+from policies.request.types import Rejection
 from proxy.wire.errors import openai_error
 
 EXAMPLES: list[tuple[Refusal, int, str | None]] = [

@@ -15,8 +15,8 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from policies.cache_salt import tenant_salt
-from policies.prompt import NOTE_HEADER
+from policies.prompt.cache_salt import tenant_salt
+from policies.prompt.prompt import NOTE_HEADER
 from tests.support.clock import FakeClock
 from tests.support.configs import pool
 from tests.support.fake_server import FakeServer

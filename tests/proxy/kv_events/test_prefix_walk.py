@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from policies.kv_blocks import HeldBlocks, block_keys
+from policies.routing.kv_blocks import HeldBlocks, block_keys
 from proxy.engine.tiny_model import ensure_tiny_model
 from proxy.kv_events.prefix_walk import PrefixWalk, chunks
 from proxy.kv_events.prompt_tokens import PromptTokens

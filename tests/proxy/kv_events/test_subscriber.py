@@ -12,7 +12,7 @@ import msgspec
 import zmq
 import zmq.asyncio
 
-from policies.kv_blocks import HeldBlocks, block_keys
+from policies.routing.kv_blocks import HeldBlocks, block_keys
 from proxy.kv_events.messages import REPLAY_END, BlockRemoved, BlockStored, KVEventBatch
 from proxy.kv_events.subscriber import EventFeed
 

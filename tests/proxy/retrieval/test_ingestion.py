@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
-from policies.boilerplate import DEFAULT_RULE, BoilerplateRule
-from policies.evidence import EvidencePolicy, select_evidence
+from policies.retrieval.boilerplate import DEFAULT_RULE, BoilerplateRule
+from policies.retrieval.evidence import EvidencePolicy, select_evidence
 from proxy.retrieval.edge_store import EdgeStore
 from proxy.retrieval.ingestion import SHARED_ID, Ingestion
 from proxy.retrieval.reading import document_id

@@ -6,7 +6,7 @@ import asyncio
 import random
 from typing import Any
 
-from policies.evidence import Chunk, Passage
+from policies.retrieval.evidence import Chunk, Passage
 from proxy.caches.tiered import TieredCache
 from proxy.config.retrieval import TenantRetrieval
 from proxy.observability.metrics import Metrics

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from policies.boilerplate import DEFAULT_RULE, BoilerplateRule
+from policies.retrieval.boilerplate import DEFAULT_RULE, BoilerplateRule
 from proxy.config.retrieval import TenantRetrieval
 from proxy.retrieval.edge_store import EdgeStore
 from proxy.retrieval.embeddings import LocalMiniLM

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from policies.evidence import FOOTER, HEADER
+from policies.retrieval.evidence import FOOTER, HEADER
 from tests.support.configs import pool
 from tests.support.fake_server import FakeServer
 from tests.support.servers import free_port

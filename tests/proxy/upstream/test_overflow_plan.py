@@ -16,7 +16,7 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from proxy.auth.keys import OPEN_TENANT
+from proxy.config.gateway import OPEN_TENANT
 from proxy.engine.tiny_model import ensure_tiny_model
 from proxy.upstream.pool import Pool
 from tests.support.clock import FakeClock

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from policies.health import EjectionRules
+from policies.routing.health import EjectionRules
 from proxy.config.pools import EngineMetrics
 from proxy.engine.tiny_model import ensure_tiny_model
 from proxy.upstream.pool import Pool

@@ -1,0 +1,155 @@
+"""Why prefixgate refuses or fails a request, as plain data.
+
+Each kind of refusal is its own type, so the code that acts on one (overflow to another pool on a
+``Shed``, the passages answer when no replica is healthy) tests the type rather than matching an
+error code's string. Policies return them; the shell raises them inside ``Refused``; exactly one
+function, ``openai_error`` in the HTTP layer, turns each into the status, message, type, code and
+headers an OpenAI client expects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from policies.admission.limits import RateLimits, Verdict
+from policies.request.types import Rejection
+
+ShedReason = Literal["queue_full", "queue_share_exceeded", "queue_timeout", "no_healthy_upstream"]
+UpstreamFailure = Literal["timeout", "unreachable", "broken"]
+
+
+@dataclass(frozen=True, slots=True)
+class Unauthorized:
+    """No API key, an unparsable Authorization header, or a key no tenant has."""
+
+    reason: Literal["missing", "malformed", "invalid"]
+
+
+@dataclass(frozen=True, slots=True)
+class AdminOnly:
+    """A route that answers only the admin key (``auth.admin_key``)."""
+
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownModel:
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownPool:
+    """``x-prefixgate-pool`` names no pool."""
+
+    name: str
+    pools: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownTenant:
+    """An admin route's ``x-prefixgate-tenant`` names no tenant (None: it is missing where API keys name tenants)."""
+
+    name: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelNotInPool:
+    """``x-prefixgate-pool`` names a pool that does not serve the request's model."""
+
+    pool: str
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimited:
+    """Over the tenant's requests or tokens per minute (the ``verdict``); ``tokens``: what the request
+    would have counted, prompt plus reserved output."""
+
+    limits: RateLimits
+    verdict: Verdict
+    tokens: int
+
+    @property
+    def which(self) -> Literal["requests", "tokens"]:
+        """The limit that refused it: the one that frees up last."""
+        return "requests" if self.verdict.reset_requests >= self.verdict.reset_tokens else "tokens"
+
+
+@dataclass(frozen=True, slots=True)
+class LimiterDown:
+    """The rate limits' shared store is unreachable, so they cannot be checked."""
+
+    retry_after: float
+
+
+@dataclass(frozen=True, slots=True)
+class StateUnavailable:
+    """The store of Responses conversations (Redis) is unreachable: a turn that continues one cannot be
+    read, nor a response fetched or deleted."""
+
+    retry_after: float
+
+
+@dataclass(frozen=True, slots=True)
+class Shed:
+    """The pool has no room for the request now: it may go to the pool's overflow pool instead."""
+
+    pool: str
+    reason: ShedReason
+    retry_after: float
+    queue_timeout: float = 0.0  # for queue_timeout: how long it waited
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamFailed:
+    """The replica did not answer in time, could not be reached, or broke off its answer."""
+
+    pool: str
+    failure: UpstreamFailure
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderFailed:
+    """A hosted provider (a litellm pool) refused or failed: its 4xx as it came, else a 502."""
+
+    pool: str
+    status: int
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class ShuttingDown:
+    """The server stops before the answer is done (``server.drain_timeout_s`` passed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TooManyConnections:
+    """A connection opened over ``server.max_connections`` while every other one was busy."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTimeout:
+    """A request that did not arrive by its deadline; ``evicted``: closed early to make room at the cap."""
+
+    evicted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class InternalError:
+    """A bug: the client still gets an OpenAI-shaped answer, without a traceback."""
+
+
+Refusal = (
+    Rejection | Unauthorized | AdminOnly | UnknownModel | UnknownPool | UnknownTenant | ModelNotInPool | RateLimited
+    | LimiterDown | StateUnavailable
+    | Shed | UpstreamFailed | ProviderFailed | ShuttingDown | TooManyConnections | RequestTimeout | InternalError
+)
+
+
+class Refused(Exception):
+    """Carries a ``Refusal`` up from where the shell finds it to the route that answers with it."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal)
+        self.refusal = refusal

@@ -1,0 +1,1 @@
+"""Retrieval's decisions: ingest chunks, boilerplate a collection repeats, passages as prompt text."""

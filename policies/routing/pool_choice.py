@@ -1,0 +1,101 @@
+"""Which pool serves a request, and why.
+
+The reasons are the ``reason`` label of ``prefixgate_pool_choices_total``: ``named`` (the client
+named it in x-prefixgate-pool), ``length`` (among the pools that serve the model, by the predicted
+output length), ``start_short`` (a short pool that continues long, for an answer that may be cut there
+and whose template's history does not rule a short answer out: ``starts_short``), ``merged`` (a short
+pool whose split does not pay now, see ``split_pays``, and its long pool taken as one: the less loaded
+of the two), ``model`` (the first pool that serves the model, else the first that takes any).
+The embeddings upstream takes embeddings requests for the models it serves or, knowing none,
+all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Literal, Protocol, TypeVar
+
+from policies.admission.length import PoolOption, choose_by_length
+from policies.admission.refusals import ModelNotInPool, UnknownModel, UnknownPool
+from policies.routing.continuation import starts_short
+
+PoolReason = Literal["named", "length", "start_short", "merged", "model"]
+
+
+class Servable(Protocol):
+    """What the choice reads of a pool."""
+
+    name: str
+    option: PoolOption
+
+    def serves(self, model: str) -> bool: ...
+
+    @property
+    def catch_all(self) -> bool: ...
+
+    @property
+    def splits(self) -> bool:
+        """A short pool: whether it takes only the answers predicted short now."""
+        ...
+
+    @property
+    def load(self) -> float:
+        """Requests in flight per replica."""
+        ...
+
+
+P = TypeVar("P", bound=Servable)
+
+
+def choose_pool(
+    pools: Sequence[P], model: str, *, by_name: Mapping[str, P], embeddings: P | None = None,
+    named: str | None = None, predicted_p90: int | None = None, routes_by_length: bool = False,
+    short_share: float | None = None, continuable: bool = False,
+) -> tuple[P, PoolReason] | UnknownModel | UnknownPool | ModelNotInPool:
+    """The pool for a request to ``model`` and why, or the refusal. ``embeddings``: the embeddings
+    upstream, for an embeddings request; ``named``: the pool the client named; ``short_share``: of the
+    template's recent answers, the share within a short pool's threshold (None: not known yet);
+    ``continuable``: the answer may be cut and continued (``policies.routing.continuation.continuable``)."""
+    if embeddings is not None and (embeddings.serves(model) or embeddings.catch_all):
+        return embeddings, "model"
+    if named is not None:
+        pool = by_name.get(named)
+        if pool is None:
+            return UnknownPool(named, tuple(by_name))
+        if not (pool.serves(model) or pool.catch_all):
+            return ModelNotInPool(named, model)
+        return pool, "named"
+    if predicted_p90 is not None and routes_by_length:
+        serving = [pool for pool in pools if pool.serves(model)] or [pool for pool in pools if pool.catch_all]
+        if serving:
+            return _by_length(serving, by_name, predicted_p90, short_share, continuable)
+    for pool in pools:  # the common case: no list built per request
+        if pool.serves(model):
+            return pool, "model"
+    for pool in pools:
+        if pool.catch_all:
+            return pool, "model"
+    return UnknownModel(model)
+
+
+def _by_length(serving: Sequence[P], by_name: Mapping[str, P], predicted_p90: int, short_share: float | None,
+               continuable: bool) -> tuple[P, PoolReason]:
+    short = next((pool for pool in serving if pool.option.kind == "short"), None)
+    if short is not None and continuable and short.option.continue_long:
+        long = long_pool(serving, short)
+        if long is not None:
+            if predicted_p90 <= short.option.short_threshold:
+                return short, "length"
+            if starts_short(short_share, short.option.long_when_short_below):
+                return short, "start_short"
+            return long, "length"
+    if short is not None and not short.splits:
+        other = next((pool for pool in serving if pool.option.kind != "short"), None)
+        if other is not None:
+            return (short if short.load <= other.load else other), "merged"
+    return by_name[choose_by_length([pool.option for pool in serving], predicted_p90).name], "length"
+
+
+def long_pool(serving: Sequence[P], short: P) -> P | None:
+    """Where ``short``'s answers go on: the first pool serving the same model that is not short."""
+    return next((pool for pool in serving if pool.option.kind != "short" and pool is not short), None)
