@@ -231,7 +231,7 @@ class UpstreamCall:
                 self.record.metrics.observe_queue_wait(pool.name, perf_counter() - queued)
             self.slot = pool.gate
         try:
-            replica, reason = pool.pick(self.out.key, self.out.held)
+            picked = pool.pick(self.out.placement)
         except Refused:
             if self.slot is not None:
                 self.slot.release()
@@ -239,12 +239,11 @@ class UpstreamCall:
             raise
         if self.taken_at is None:
             self.taken_at = perf_counter()
-        replica.take()
-        self.outcome.replica = replica
-        self.record.metrics.replica_chosen(pool.name, replica.base_url, reason)
-        held, kv = self.out.held, pool.kv
-        if held is not None and kv is not None:
-            self.record.metrics.held_at_choice(pool.name, held[pool.replicas.index(replica)] * (kv.block_size or 0))
+        picked.replica.take()
+        self.outcome.replica = picked.replica
+        self.record.metrics.replica_chosen(pool.name, picked.replica.base_url, picked.reason)
+        if picked.held_tokens is not None:
+            self.record.metrics.held_at_choice(pool.name, picked.held_tokens)
 
     async def _via_litellm(self, pool: LitellmPool, send: Send, watch: DisconnectWatch) -> None:
         """The litellm relay writes the answer itself; what it sends is noted as it goes, so a failure after

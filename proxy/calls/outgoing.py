@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from proxy.calls.answer_tap import AnswerTap
+from proxy.upstream.placement import Placement
 from proxy.upstream.replica import Replica
 
 CLIENT_CLOSED = 499  # nginx's code for "client closed the request", used in metrics only
@@ -19,11 +20,10 @@ class Outgoing:
     body: bytes
     stream: bool
     model: str
-    key: int | None  # the prompt's affinity key, for the replica choice
+    placement: Placement  # the prompt's place among the pool's replicas, for the replica choice (``Pool.pick``)
     headers: list[tuple[bytes, bytes]]  # prefixgate's own response headers, added to the upstream's
     fallback: str | None = None  # retrieved evidence to answer with if the model cannot
     hide_usage: bool = False  # the gateway asked for the stream's usage event; the client did not
-    held: list[int] | None = None  # per replica, the prompt's leading blocks its engine holds (balance kv_events)
     tap: AnswerTap | None = None  # reads the answer in place of chat's framing (Responses, a continued answer)
 
 

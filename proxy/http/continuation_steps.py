@@ -49,8 +49,8 @@ def long_leg_out(endpoint: str, route: str, pool: Pool, view: RequestView, promp
     body = continuation_body(sent_body(planned), endpoint, answer.partial, answer.produced, stream=view.stream)
     if planned.plan.priority is not None:  # priority hints: an answer its client is already reading goes first
         body["priority"] = 0
-    key, held = pool.prompt_place(prompt.pieces, body, view.model, planned.plan.salt)
-    return Outgoing(route, orjson.dumps(body), view.stream, view.model, key, headers, held=held, tap=answer)
+    placement = pool.place(prompt.pieces, body, view.model, planned.plan.salt)
+    return Outgoing(route, orjson.dumps(body), view.stream, view.model, placement, headers, tap=answer)
 
 
 def sent_body(planned: Planned) -> dict[str, Any]:

@@ -283,16 +283,16 @@ class Preparation:
     def outgoing(self, pool: Pool, view: RequestView, tenant: TenantPolicy, prompt: Prompt,
                  planned: Planned | None) -> Outgoing:
         """The request as it goes to ``pool``: the body as planned for it, and the prompt's place among
-        its replicas (``prompt_place``: the key on their ring, the blocks each one's engine holds)."""
+        its replicas (``Pool.place``: the key on their ring, the blocks each one's engine holds)."""
         plan, raw = (planned.plan, planned.shaped.raw) if planned is not None else (None, prompt.raw)
         salt = plan.salt if plan is not None else None  # as sent: part of the prefix the engine caches
         rendered = prompt.conversation if prompt.conversation is not None else prompt.body
-        key, held = pool.prompt_place(prompt.pieces, rendered, view.model, salt)
+        placement = pool.place(prompt.pieces, rendered, view.model, salt)
         tap = None
         if self.endpoint == "responses" and planned is not None:
             tap = responses_answer(self.gateway, tenant, planned.shaped.body, prompt.previous)
-        return Outgoing(self.record.route, raw, view.stream, view.model, key, self.headers, prompt.fallback,
-                        hide_usage=plan is not None and plan.ask_usage, held=held, tap=tap)
+        return Outgoing(self.record.route, raw, view.stream, view.model, placement, self.headers, prompt.fallback,
+                        hide_usage=plan is not None and plan.ask_usage, tap=tap)
 
     async def give_back(self) -> None:
         """A refused (or cache-answered) request: its admitted tokens go back; it still counts as a request."""

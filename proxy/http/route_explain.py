@@ -8,7 +8,7 @@ a client would send it; the tenant is named in ``x-prefixgate-tenant`` (the admi
 
 The request goes through its own steps up to the replica choice: validation, the tenant's canonical
 rewrite, the output-length prediction, the pool, the cache salt, the prompt's key on the ring and the
-blocks each engine holds (``Pool.prompt_place``), then ``Pool.explain``. Nothing is taken or counted: no
+blocks each engine holds (``Pool.place``), then ``Pool.explain``. Nothing is taken or counted: no
 slot, no rate-limit charge, no memory of the choice, no metric, no upstream call. Retrieval is not run:
 its passages go after the prefix the engines hold, so they change the choice only when an engine holds
 the same passages after the same prefix.
@@ -117,8 +117,7 @@ def route_explainer(endpoint: Endpoint) -> Any:
         answer |= _continuation(gateway, pool, pool_reason, view.model, body, may_cut, prediction)
         if pool.has_replicas:
             salt = tenant.salt.upstream_salt(body.get("cache_salt"))
-            key, held = pool.prompt_place(pieces, body, view.model, salt)
-            explained = pool.explain(key, held)
+            explained = pool.explain(pool.place(pieces, body, view.model, salt))
             answer |= {"replica": explained.replica, "reason": explained.reason, "replicas": explained.replicas}
         return Response(orjson.dumps(answer), media_type="application/json")
 

@@ -26,6 +26,7 @@ from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.pools import PoolConfig, Timeouts, UpstreamConfig
 from proxy.kv_events.routing import KvRouting
 from proxy.transports.base import TransportFactory, UpstreamError
+from proxy.upstream.placement import NOWHERE, Picked, Placement
 from proxy.upstream.replica import Replica
 from proxy.upstream.warm_prefixes import WarmPrefixes
 
@@ -122,42 +123,43 @@ class Pool:
         """The prompt's key on this pool's ring; None where the pool does not balance by prefix."""
         return prefix_key(pieces, model, salt, self._affinity_chars) if self._affine else None
 
-    def prompt_place(self, pieces: Pieces | None, body: dict[str, Any], model: str,
-                     salt: str | None) -> tuple[int | None, list[int] | None]:
-        """What ``pick`` reads of a prompt: its key on the ring (None where the pool does not balance by
-        prefix), and how many of its leading blocks each replica's engine holds (``balance: kv_events``)."""
+    def place(self, pieces: Pieces | None, body: dict[str, Any], model: str, salt: str | None) -> Placement:
+        """What ``pick`` reads of a prompt (``Placement``): its key on the ring, and how many of its leading
+        blocks each replica's engine holds (``balance: kv_events``)."""
         key = None if pieces is None else self.affinity_key(pieces, model, salt)
-        held = self.kv.held(body, salt) if key is not None and self.kv is not None else None
-        return key, held
+        if key is None:
+            return NOWHERE
+        if self.kv is None:
+            return Placement(key)
+        return Placement(key, self.kv.held(body, salt), self.kv.block_size or 0)
 
-    def pick(self, key: int | None = None, held: list[int] | None = None) -> tuple[Replica, ReplicaReason]:
-        """The replica for a request: the one holding most of the prompt (``held``), else by prefix
-        ``key`` under the load bound, else the least loaded, and why (``ReplicaReason``); raises the
+    def pick(self, placement: Placement = NOWHERE) -> Picked:
+        """The replica for a request: the one holding most of the prompt (``placement.held``), else by its
+        prefix key (``pick_replica``'s rule), else the least loaded, and why (``ReplicaReason``); raises the
         ``Shed`` refusal when no replica is healthy."""
-        replicas = self.replicas
+        replicas, key = self.replicas, placement.key
         if len(replicas) == 1 and not replicas[0].health.tripped:
-            return replicas[0], "single"
+            return Picked(replicas[0], "single", placement.held_tokens(0))
         warm = self._warm.mask(key) if self._warm is not None and key is not None else 0
         start = next(self._turn) if key is None else 0  # the least-loaded rotation, as in ``alternate``
-        index, reason = self._choose(key, held, warm, start)
+        index, reason = self._choose(key, placement.held, warm, start)
         if self._warm is not None and key is not None:
             self._warm.remember(key, warm | 1 << index)
-        return replicas[index], reason
+        return Picked(replicas[index], reason, placement.held_tokens(index))
 
-    def explain(self, key: int | None, held: list[int] | None) -> Explained:
+    def explain(self, placement: Placement = NOWHERE) -> Explained:
         """What ``pick`` would choose now, and what it read to choose it, without taking or remembering
         anything (the admin route ``POST /admin/route/...``); raises ``Shed`` as ``pick`` does."""
-        now = self.clock()
+        now, key, held = self.clock(), placement.key, placement.held
         in_flight, healthy = self._loads(now, None, shared=held is not None and self._shared_load)
         if len(self.replicas) == 1 and not self.replicas[0].health.tripped:
             index, reason = 0, "single"
         else:
             warm = self._warm.mask(key) if self._warm is not None and key is not None else 0
             index, reason = self._choose(key, held, warm, 0)
-        block = self.kv.block_size if self.kv is not None else None
         return Explained(self.replicas[index].base_url, reason, [
             {"url": replica.base_url, "in_flight": in_flight[number], "healthy": healthy[number],
-             **({"held_tokens": held[number] * block} if held is not None and block else {})}
+             **({"held_tokens": tokens} if (tokens := placement.held_tokens(number)) is not None else {})}
             for number, replica in enumerate(self.replicas)])
 
     def _choose(self, key: int | None, held: list[int] | None, warm: int, start: int) -> tuple[int, ReplicaReason]:

@@ -15,6 +15,7 @@ import pytest
 from policies.routing.health import EjectionRules
 from proxy.config.pools import EngineMetrics
 from proxy.engine.tiny_model import ensure_tiny_model
+from proxy.upstream.placement import Placement
 from proxy.upstream.pool import Pool
 from proxy.upstream.replica import Replica
 from proxy.upstream.replica_load import poll_replica, read_replica
@@ -244,11 +245,26 @@ def test_with_shared_load_gateways_reach_the_same_kv_choice_whatever_each_sent_s
         first, second = (_kv_gateway(tiny_model, [4, 1, 1], [0, 0, 0], shared_load) for _ in range(2))
         for _ in range(3):
             first.replicas[holder].take()
-        choices = [(choice.replica, choice.reason) for choice in (g.explain(12345, held) for g in (first, second))]
+        placement = Placement(12345, held, 16)
+        choices = [(choice.replica, choice.reason) for choice in (g.explain(placement) for g in (first, second))]
         assert (choices[0] == choices[1]) is shared_load
         assert choices[1] == (first.replicas[holder].base_url, "held")
 
     alone = _kv_gateway(tiny_model, [4, 0, 0], [4, 0, 0])  # the engine's four are all its own
     for _ in range(3):
         alone.replicas[holder].release()
-    assert [replica["in_flight"] for replica in alone.explain(12345, held).replicas] == [1, 0, 0]
+    assert [replica["in_flight"] for replica in alone.explain(Placement(12345, held, 16)).replicas] == [1, 0, 0]
+
+
+def test_the_pick_names_the_replica_that_holds_the_prompt_and_how_much_of_it(tiny_model: str) -> None:
+    """``Pool.pick`` reads the placement ``Pool.place`` found once: the engine holding most of the prompt
+    takes it, and the pick says how many of the prompt's tokens that engine held (what
+    ``prefixgate_kv_held_tokens`` records). ``explain`` reads the same placement and says the same."""
+    gateway = _kv_gateway(tiny_model, [0, 0, 0], [0, 0, 0])
+    placement = Placement(12345, [0, 12, 3], 16)
+    picked = gateway.pick(placement)
+    assert (picked.replica, picked.reason, picked.held_tokens) == (gateway.replicas[1], "held", 12 * 16)
+    explained = gateway.explain(placement)
+    assert (explained.replica, [r["held_tokens"] for r in explained.replicas]) == (
+        gateway.replicas[1].base_url, [0, 192, 48])
+    assert gateway.pick(Placement(12345)).held_tokens is None  # no KV events read for it: nothing to say

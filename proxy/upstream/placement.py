@@ -1,0 +1,37 @@
+"""Where a prompt sits among one pool's replicas (``Placement``), found once by ``Pool.place`` and read
+by ``Pool.pick`` and ``Pool.explain``; and the pick itself (``Picked``), with what the call records of it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from policies.routing.replica import ReplicaReason
+from proxy.upstream.replica import Replica
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A prompt's place in one pool: its key on the pool's ring (None where the pool does not balance by
+    prefix), and per replica how many of its leading blocks that replica's engine holds (``balance:
+    kv_events``; None otherwise) in blocks of ``block_size`` tokens. A placement indexes one pool's
+    replicas, so a request planned again for another pool is placed again."""
+
+    key: int | None = None
+    held: list[int] | None = None
+    block_size: int = 0
+
+    def held_tokens(self, index: int) -> int | None:
+        """The prompt's tokens replica ``index``'s engine holds; None where the pool does not track them."""
+        return None if self.held is None or not self.block_size else self.held[index] * self.block_size
+
+
+NOWHERE = Placement()  # a prompt with no place: the pool balances by load alone
+
+
+@dataclass(frozen=True, slots=True)
+class Picked:
+    """The replica ``Pool.pick`` chose, why, and how much of the prompt its engine held."""
+
+    replica: Replica
+    reason: ReplicaReason
+    held_tokens: int | None = None
