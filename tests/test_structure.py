@@ -167,3 +167,18 @@ def test_packages_import_one_way(root: str, order: tuple[tuple[str, ...], ...]) 
     assert present == set(listed), f"not in {root}'s order: {sorted(present - set(listed))}; gone: " \
                                    f"{sorted(set(listed) - present)}"
     assert not _order_broken(root, order), _order_broken(root, order)
+
+
+def test_prefixgate_headers_are_named_in_one_place() -> None:
+    """Every ``x-prefixgate-*`` header is declared in ``proxy.wire.headers`` (``ResponseHeaders`` writes the
+    answer's); no other module spells one, so a new header has one home and a renamed one changes once."""
+    spelled = []
+    for path in SOURCES:
+        if path == ROOT / "proxy" / "wire" / "headers.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            value = node.value if isinstance(node, ast.Constant) else None
+            text = value.decode("latin-1") if isinstance(value, bytes) else value
+            if isinstance(text, str) and text.lower().startswith("x-prefixgate-") and " " not in text:
+                spelled.append(f"{_name(path)}:{node.lineno} {text}")
+    assert not spelled, spelled

@@ -21,6 +21,7 @@ from policies.prompt.stable_prefix import Pieces
 from proxy.admission.rate_limiter import Limiter, LimiterUnavailable, Ticket
 from proxy.admission.token_count import TokenCounter
 from proxy.observability.metrics import Metrics
+from proxy.wire.headers import ResponseHeaders
 
 LengthObserver = Callable[[str, int, int, bool], None]  # (model, predicted p90, completion tokens, may be cut)
 MAX_HISTORIES = 10_000  # (tenant, template) keys remembered, least recently used dropped first
@@ -121,7 +122,7 @@ class Admission:
         return key, step_of(pieces, chat), predict(features, self.book.get(key), self.short_threshold)
 
     async def charge(self, tenant_name: str, tenant: TenantAdmission, admitted: Admitted, body: dict[str, Any],
-                     headers: list[tuple[bytes, bytes]]) -> None:
+                     headers: ResponseHeaders) -> None:
         """Count the request against the tenant's rate limits (``body`` as it will be sent: its
         max_tokens bounds the reservation); raises the ``RateLimited`` or ``LimiterDown`` refusal."""
         limits = tenant.limits
@@ -138,7 +139,7 @@ class Admission:
             refusal = RateLimited(limits, verdict, reserved)
             self.metrics.rate_limited(tenant_name, "too_large" if verdict.too_large else refusal.which)
             raise Refused(refusal)
-        headers += ratelimit_headers(limits, verdict)
+        headers.rate_limits(ratelimit_headers(limits, verdict))
         admitted.ticket, admitted.reserved = ticket, reserved
 
     async def finish(self, admitted: Admitted, pool: str, prompt_tokens: int | None,

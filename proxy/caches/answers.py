@@ -15,6 +15,7 @@ from starlette.types import Send
 
 from policies.answers.answer_cache import stream_from_completion
 from proxy.caches.tiered import TieredCache
+from proxy.wire.headers import ANSWER_CACHE
 
 
 class AnswerStore:
@@ -63,6 +64,6 @@ async def send_stored_answer(send: Send, completion: dict[str, Any], *, stream: 
         content_type = b"application/json"
     await send({"type": "http.response.start", "status": 200, "headers": [
         (b"content-type", content_type), (b"content-length", str(len(body)).encode()),
-        *headers, (b"x-prefixgate-answer-cache", b"hit"),
+        *headers, (ANSWER_CACHE, b"hit"),
     ]})
     await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -35,7 +35,6 @@ from proxy.observability.request_record import RequestRecord
 from proxy.retrieval.fallback import send_passages_answer
 from proxy.upstream.litellm_pool import LitellmPool
 from proxy.upstream.pool import Pool
-from proxy.wire import headers as x_prefixgate
 from proxy.wire.disconnect import DisconnectWatch
 from proxy.wire.errors import openai_error, refusal_event, sse_error_event
 from proxy.wire.sse_keepalive import KeepAlive
@@ -210,9 +209,7 @@ class UpstreamCall:
         """Send the request to the pool ``overflow`` instead, as ``out`` (planned for it), and say so in
         its headers."""
         self.record.metrics.shed(self.pool.name, f"{shed.reason}_overflowed")
-        headers = [h for h in self.out.headers if h[0] != x_prefixgate.POOL]
-        out.headers = [*headers, (x_prefixgate.POOL, overflow.name.encode()),
-                       (x_prefixgate.OVERFLOW, self.pool.name.encode())]
+        out.headers.overflowed(self.pool.name, overflow.name)
         self.out = out
         self.pool = overflow
         self.record.pool = overflow.name

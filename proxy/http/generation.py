@@ -41,9 +41,8 @@ from proxy.http.responses_steps import check_pool, recall, responses_answer, sha
 from proxy.observability.request_record import RequestRecord
 from proxy.retrieval.context import add_context
 from proxy.upstream.pool import Pool
-from proxy.wire import headers as x_prefixgate
 from proxy.wire.errors import openai_error
-from proxy.wire.headers import RequestHeaders
+from proxy.wire.headers import RequestHeaders, ResponseHeaders
 
 log = logging.getLogger("prefixgate")
 
@@ -94,7 +93,7 @@ class Preparation:
         self.record = record
         self.mark = record.started  # when the current stage began
         self.admitted: Admitted | None = None  # held until the answer ends, or given back
-        self.headers: list[tuple[bytes, bytes]] = []  # prefixgate's own response headers
+        self.headers = ResponseHeaders()  # prefixgate's own response headers, as the steps report them
         self.reason, self.prediction = "model", None  # why the pool was chosen; admission's length prediction
 
     async def run(self, headers: RequestHeaders, receive: Receive, send: Send) -> UpstreamCall | None:
@@ -161,9 +160,7 @@ class Preparation:
         self.record.stage("canonicalize", self.mark)
         if self.record.entry is not None:
             self.record.note(relocated=rewrite.moved)
-        self.headers = [(b"x-prefixgate-volatile", str(rewrite.detected).encode()),
-                        (b"x-prefixgate-relocated", str(rewrite.moved).encode()),
-                        (b"x-prefixgate-templated", str(rewrite.templated).encode())]
+        self.headers.prompt_rewrite(rewrite.detected, rewrite.moved, rewrite.templated)
         settings = tenant.retrieval
         if settings is not None and headers.retrieval and gateway.retriever is not None:
             prompt.body, evidence = await add_context(gateway.retriever, tenant.name, settings, prompt.body,
@@ -221,7 +218,7 @@ class Preparation:
                                                 self.headers)
             self.record.stage("admission", self.mark)
         if announce:
-            self.headers.append((x_prefixgate.POOL, pool.name.encode()))
+            self.headers.pool(pool.name)
 
     def answer_slot(self, shaped: ShapedBody, tenant: TenantPolicy) -> AnswerToStore | None:
         """Where this answer is stored for exact repeats: for tenants that store answers, and bodies
@@ -235,7 +232,7 @@ class Preparation:
         """Answer an exact repeat from the answer cache; False (a miss, said in a header) otherwise."""
         stored = await answer.store.get(answer.key)
         if stored is None:
-            self.headers.append((b"x-prefixgate-answer-cache", b"miss"))
+            self.headers.answer_cache(hit=False)
             self.record.note(answer_cache="miss")
             return False
         await self.give_back()  # the engine did no work

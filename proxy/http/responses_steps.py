@@ -28,7 +28,7 @@ from proxy.http.prompt import Prompt
 from proxy.observability.request_record import RequestRecord
 from proxy.retrieval.context import add_context
 from proxy.upstream.pool import Pool
-from proxy.wire.headers import RequestHeaders
+from proxy.wire.headers import RequestHeaders, ResponseHeaders
 
 
 async def recall(gateway: Gateway, prompt: Prompt, tenant: TenantPolicy) -> None:
@@ -46,7 +46,7 @@ async def recall(gateway: Gateway, prompt: Prompt, tenant: TenantPolicy) -> None
 
 
 async def shape_responses(gateway: Gateway, prompt: Prompt, tenant: TenantPolicy, headers: RequestHeaders,
-                          response_headers: list[tuple[bytes, bytes]], record: RequestRecord, mark: float) -> int:
+                          response_headers: ResponseHeaders, record: RequestRecord, mark: float) -> int:
     """This turn's instructions and input made canonical, the tenant's passages before its last user
     input; the conversation rendered for the pieces. Returns the spans moved."""
     rewrite = rewrite_responses(prompt.body, tenant.prompt, prompt.history)
@@ -54,9 +54,7 @@ async def shape_responses(gateway: Gateway, prompt: Prompt, tenant: TenantPolicy
     record.stage("canonicalize", mark)
     if record.entry is not None:
         record.note(relocated=rewrite.moved)
-    response_headers += [(b"x-prefixgate-volatile", str(rewrite.detected).encode()),
-                         (b"x-prefixgate-relocated", str(rewrite.moved).encode()),
-                         (b"x-prefixgate-templated", str(rewrite.templated).encode())]
+    response_headers.prompt_rewrite(rewrite.detected, rewrite.moved, rewrite.templated)
     settings = tenant.retrieval
     if settings is not None and headers.retrieval and gateway.retriever is not None:
         turn, evidence = await add_context(gateway.retriever, tenant.name, settings,

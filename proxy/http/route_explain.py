@@ -38,12 +38,10 @@ from proxy.http.body import ClientGone, decode_json, read_body
 from proxy.upstream.pool import Pool
 from proxy.wire import headers as x_prefixgate
 
-TENANT_HEADER = "x-prefixgate-tenant"
-
 
 def _tenant(gateway: Gateway, request: Request) -> TenantPolicy:
     """The tenant ``x-prefixgate-tenant`` names; in open mode its one tenant when the header is absent."""
-    name = request.headers.get(TENANT_HEADER)
+    name = request.headers.get(x_prefixgate.TENANT.decode())
     if name is None:
         if gateway.keys.open_mode:
             name = OPEN_TENANT

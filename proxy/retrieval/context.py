@@ -13,18 +13,18 @@ from policies.retrieval.evidence import question_of, render_evidence, with_evide
 from proxy.config.retrieval import TenantRetrieval
 from proxy.observability.request_record import RequestRecord
 from proxy.retrieval.retriever import Retriever
+from proxy.wire.headers import ResponseHeaders
 
 
 async def add_context(retriever: Retriever, tenant: str, settings: TenantRetrieval, body: dict[str, Any],
-                      headers: list[tuple[bytes, bytes]], record: RequestRecord) -> tuple[dict[str, Any], str | None]:
+                      headers: ResponseHeaders, record: RequestRecord) -> tuple[dict[str, Any], str | None]:
     """The body with the passages added, and the evidence text (None when there was none)."""
     question = question_of(body)
     if not question:
         return body, None
     retrieved = await retriever.retrieve(tenant, settings, question)
     passages = retrieved.passages
-    headers.append((b"x-prefixgate-passages", b"error" if passages is None else str(len(passages)).encode()))
-    headers.append((b"server-timing", retrieved.server_timing()))
+    headers.retrieval(None if passages is None else len(passages), retrieved.server_timing())
     if record.entry is not None:
         stages = retrieved.stages
         record.note(passages=None if passages is None else len(passages),

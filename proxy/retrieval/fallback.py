@@ -14,6 +14,8 @@ import uuid
 import orjson
 from starlette.types import Send
 
+from proxy.wire.headers import ResponseHeaders
+
 LEAD = "The model could not answer right now. Passages from your documents that match the question:"
 
 
@@ -26,7 +28,8 @@ def _chunk(base: dict, delta: dict, finish: str | None) -> bytes:
 async def send_passages_answer(send: Send, *, model: str, evidence: str, stream: bool, reason: str) -> None:
     text = f"{LEAD}\n\n{evidence}"
     base = {"id": f"chatcmpl-prefixgate-{uuid.uuid4().hex}", "created": int(time.time()), "model": model}
-    headers = [(b"x-prefixgate-degraded", reason.encode())]
+    headers = ResponseHeaders()
+    headers.degraded(reason)
     if stream:
         body = (_chunk(base, {"role": "assistant", "content": ""}, None) + _chunk(base, {"content": text}, None)
                 + _chunk(base, {}, "stop") + b"data: [DONE]\n\n")

@@ -37,6 +37,9 @@ from policies.admission.refusals import (
     UpstreamFailed,
 )
 from policies.request.types import Rejection
+from proxy.wire.headers import POOL, TENANT
+
+POOL_PARAM, TENANT_PARAM = POOL.decode(), TENANT.decode()  # the header an error's ``param`` names
 
 _DEFAULT_TYPES = {
     400: "invalid_request_error",
@@ -155,15 +158,15 @@ def _bad_header(refusal: UnknownPool | UnknownTenant | ModelNotInPool) -> OpenAI
     match refusal:
         case UnknownPool(name, pools):
             return OpenAIError(400, f"x-prefixgate-pool names no pool: '{name}' (pools: {', '.join(pools)}).",
-                               param="x-prefixgate-pool", code="unknown_pool")
+                               param=POOL_PARAM, code="unknown_pool")
         case UnknownTenant(None):
             return OpenAIError(400, "Name the tenant whose request this is in the header x-prefixgate-tenant.",
-                               param="x-prefixgate-tenant", code="missing_tenant")
+                               param=TENANT_PARAM, code="missing_tenant")
         case UnknownTenant(name):
-            return OpenAIError(400, f"x-prefixgate-tenant names no tenant: '{name}'.", param="x-prefixgate-tenant",
+            return OpenAIError(400, f"x-prefixgate-tenant names no tenant: '{name}'.", param=TENANT_PARAM,
                                code="unknown_tenant")
     return OpenAIError(400, f"Pool '{refusal.pool}' (x-prefixgate-pool) does not serve the model '{refusal.model}'.",
-                       param="x-prefixgate-pool", code="model_not_in_pool")
+                       param=POOL_PARAM, code="model_not_in_pool")
 
 
 def _rate_limited(refusal: RateLimited) -> OpenAIError:

@@ -1,5 +1,7 @@
-"""The headers prefixgate reads from clients and adds to its answers (``x-prefixgate-*``), and the
-request headers a generation route reads, from the raw ASGI header list in one pass."""
+"""The headers prefixgate reads from clients and adds to its answers: every ``x-prefixgate-*`` name is
+declared here and nowhere else. ``RequestHeaders`` reads a generation route's request headers from the raw
+ASGI list in one pass; ``ResponseHeaders`` is the one owner of what an answer carries of prefixgate's own,
+each step reporting what it learned by name."""
 
 from __future__ import annotations
 
@@ -7,9 +9,19 @@ from dataclasses import dataclass
 
 from starlette.types import Scope
 
-RETRIEVAL = b"x-prefixgate-retrieval"  # from the client: "off", this request goes without added context
-POOL = b"x-prefixgate-pool"  # from the client: the pool to use; in answers: the pool that took it
-OVERFLOW = b"x-prefixgate-overflow"  # in answers: the pool that shed the request to the one that took it
+# From clients.
+RETRIEVAL = b"x-prefixgate-retrieval"  # "off": this request goes without added context
+POOL = b"x-prefixgate-pool"  # the pool to use; in answers: the pool that took it
+TENANT = b"x-prefixgate-tenant"  # the admin's route explain: whose request this is
+# In answers.
+OVERFLOW = b"x-prefixgate-overflow"  # the pool that shed the request to the one that took it
+VOLATILE = b"x-prefixgate-volatile"  # volatile spans found in the prompt
+RELOCATED = b"x-prefixgate-relocated"  # of them, moved out of the prefix to the note
+TEMPLATED = b"x-prefixgate-templated"  # system text made the tenant's canonical preamble
+PASSAGES = b"x-prefixgate-passages"  # passages retrieval added, or "error"
+ANSWER_CACHE = b"x-prefixgate-answer-cache"  # "hit" (replayed) or "miss" (stored once answered)
+DEGRADED = b"x-prefixgate-degraded"  # answered with the retrieved passages instead, and why
+SERVER_TIMING = b"server-timing"  # retrieval's stages
 
 
 @dataclass(slots=True)
@@ -35,3 +47,37 @@ class RequestHeaders:
             elif name == POOL:
                 pool = value.decode("latin-1").strip()
         return cls(authorization, length, retrieval, pool)
+
+
+class ResponseHeaders(list[tuple[bytes, bytes]]):
+    """prefixgate's own headers on one answer, as the steps of its request report them; whatever starts
+    the answer (the relay, a keep-alive, the answer cache's replay) sends them as they stand. A list, so
+    sending them costs nothing more than before; written only through these methods."""
+
+    __slots__ = ()
+
+    def prompt_rewrite(self, detected: int, moved: int, templated: bool) -> None:
+        self += ((VOLATILE, str(detected).encode()), (RELOCATED, str(moved).encode()),
+                 (TEMPLATED, str(templated).encode()))
+
+    def retrieval(self, passages: int | None, server_timing: bytes) -> None:
+        """How many passages went in (None: retrieval failed and the request went on without)."""
+        self += ((PASSAGES, b"error" if passages is None else str(passages).encode()), (SERVER_TIMING, server_timing))
+
+    def rate_limits(self, headers: list[tuple[bytes, bytes]]) -> None:
+        """OpenAI's ``x-ratelimit-*`` headers (``ratelimit_headers``)."""
+        self += headers
+
+    def pool(self, name: str) -> None:
+        self.append((POOL, name.encode()))
+
+    def overflowed(self, shed_by: str, taken_by: str) -> None:
+        """The pool ``shed_by`` shed the request to ``taken_by``: the answer names both."""
+        self[:] = [header for header in self if header[0] != POOL]
+        self += ((POOL, taken_by.encode()), (OVERFLOW, shed_by.encode()))
+
+    def answer_cache(self, hit: bool) -> None:
+        self.append((ANSWER_CACHE, b"hit" if hit else b"miss"))
+
+    def degraded(self, reason: str) -> None:
+        self.append((DEGRADED, reason.encode()))
