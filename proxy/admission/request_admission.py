@@ -46,8 +46,8 @@ class TenantAdmission:
 class Admitted:
     """What admission decided for a request, and what to settle when its answer ends."""
 
-    body: dict[str, Any]
-    changed: bool
+    body: dict[str, Any]  # as admitted: within the tenant's caps
+    capped: bool  # admission made a new body (``cap_output``)
     prompt_tokens: int
     prediction: Prediction | None = None
     ticket: Ticket | None = None
@@ -94,8 +94,7 @@ class Admission:
     def needed(self, tenant: TenantAdmission) -> bool:
         return self.predicts or tenant.active
 
-    def prepare(self, tenant: TenantAdmission, body: dict[str, Any], changed: bool, pieces: Pieces,
-                tenant_name: str) -> Admitted:
+    def prepare(self, tenant: TenantAdmission, body: dict[str, Any], pieces: Pieces, tenant_name: str) -> Admitted:
         """Count the prompt, cap it and the output, predict the output; raises the ``Rejection`` that refuses it."""
         prompt_tokens = self.counter.count(pieces)
         refused = check_prompt_tokens(prompt_tokens, tenant.caps, _prompt_field(body))
@@ -105,9 +104,8 @@ class Admission:
         if not isinstance(capped, dict):
             raise Refused(capped)
         if capped is not body:
-            body, changed = capped, True
             self.metrics.admission_clamped(tenant_name)
-        admitted = Admitted(body, changed, prompt_tokens)
+        admitted = Admitted(capped, capped is not body, prompt_tokens)
         if self.predicts or tenant.limits.tokens_per_minute is not None:
             admitted.tenant = tenant_name
             admitted.length_key, admitted.step, admitted.prediction = self.predict(body, pieces, tenant_name)

@@ -155,17 +155,19 @@ class Preparation:
             prompt.pieces = completion_pieces(prompt.body)
             gateway.prefix_meter.observe(tenant.name, prompt.pieces, 0)
             return
-        rewrite = rewrite_chat(prompt.body, tenant.prompt)
-        prompt.body, prompt.changed = rewrite.body, rewrite.changed
+        rewrite = rewrite_chat(prompt.received, tenant.prompt)
+        if rewrite.changed:
+            prompt.canonical = rewrite.body
         self.record.stage("canonicalize", self.mark)
         if self.record.entry is not None:
             self.record.note(relocated=rewrite.moved)
         self.headers.prompt_rewrite(rewrite.detected, rewrite.moved, rewrite.templated)
         settings = tenant.retrieval
         if settings is not None and headers.retrieval and gateway.retriever is not None:
-            prompt.body, evidence = await add_context(gateway.retriever, tenant.name, settings, prompt.body,
-                                                      self.headers, self.record)
-            prompt.changed = prompt.changed or evidence is not None
+            retrieved, evidence = await add_context(gateway.retriever, tenant.name, settings, prompt.body,
+                                                    self.headers, self.record)
+            if evidence is not None:
+                prompt.retrieved = retrieved
             if settings.fallback:
                 prompt.fallback = evidence
         prompt.pieces = chat_pieces(prompt.body)
@@ -179,8 +181,9 @@ class Preparation:
             return
         assert prompt.pieces is not None  # chat and completions render their prompt first
         self.mark = perf_counter()
-        self.admitted = admission.prepare(tenant.admission, prompt.body, prompt.changed, prompt.pieces, tenant.name)
-        prompt.body, prompt.changed = self.admitted.body, self.admitted.changed
+        self.admitted = admission.prepare(tenant.admission, prompt.body, prompt.pieces, tenant.name)
+        if self.admitted.capped:
+            prompt.admitted = self.admitted.body
         self.admitted.may_cut = self.gateway.upstreams.continues and continuable(prompt.body, self.endpoint)
 
     def choose_pool(self, view: RequestView, headers: RequestHeaders) -> Pool:
@@ -283,8 +286,9 @@ class Preparation:
         its replicas (``Pool.place``: the key on their ring, the blocks each one's engine holds)."""
         plan, raw = (planned.plan, planned.shaped.raw) if planned is not None else (None, prompt.raw)
         salt = plan.salt if plan is not None else None  # as sent: part of the prefix the engine caches
-        rendered = prompt.conversation if prompt.conversation is not None else prompt.body
-        placement = pool.place(prompt.pieces, rendered, view.model, salt)
+        sent = planned.shaped.body if planned is not None else prompt.body
+        placement = pool.place(prompt.pieces, prompt.conversation if prompt.conversation is not None else sent,
+                               view.model, salt)
         tap = None
         if self.endpoint == "responses" and planned is not None:
             tap = responses_answer(self.gateway, tenant, planned.shaped.body, prompt.previous)

@@ -1,5 +1,6 @@
-"""The request on its way through ``Preparation``'s steps: its body as it will be sent, and what the
-steps learned of it (``Prompt``); the call as one pool takes it (``Planned``)."""
+"""The request on its way through ``Preparation``'s steps (``Prompt``): each step's result in a field of
+its own, set once, so whatever reads the body names the stage it reads; the call as one pool takes it
+(``Planned``: the plan, and the body as sent)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from policies.prompt.stable_prefix import Pieces
 
 
 class Planned(NamedTuple):
-    """The call as one pool takes it (``plan_call``), and the body it gets (``shape_body``)."""
+    """The call as one pool takes it (``plan_call``), and the body it gets (``shape_body``): the last
+    stage, the one sent and charged."""
 
     plan: CallPlan
     shaped: ShapedBody
@@ -19,11 +21,23 @@ class Planned(NamedTuple):
 
 @dataclass(slots=True)
 class Prompt:
-    """The request body on its way to the engine, and what the steps learned of it."""
+    """The request body by stage. ``raw`` and ``received`` are the body as the client sent it; each later
+    stage is None where its step changed nothing, so ``body`` (the latest stage) is the received one until
+    a step makes a new one, and ``changed`` says whether it must be serialized again. The stages, in order:
 
-    raw: bytes  # as received, until a step changes the body
-    body: dict[str, Any]
-    changed: bool = False  # a step made a new body: serialize it again
+    - ``recalled``: a Responses turn with its stored conversation before it (``recall``);
+    - ``canonical``: the prompt rewritten for the prefix cache (``rewrite_chat``, ``rewrite_responses``);
+    - ``retrieved``: the tenant's passages added (``add_context``);
+    - ``admitted``: within the caps admission applied (``Admission.prepare``).
+
+    The pool's plan (its caps, the cache salt) makes the body as sent: ``Planned.shaped``."""
+
+    raw: bytes
+    received: dict[str, Any]
+    recalled: dict[str, Any] | None = None
+    canonical: dict[str, Any] | None = None
+    retrieved: dict[str, Any] | None = None
+    admitted: dict[str, Any] | None = None
     pieces: Pieces | None = None  # the prompt as rendered, for the prefix meter, admission and replica choice
     fallback: str | None = None  # evidence to answer with if the model cannot
     # The Responses API: the conversation as the chat template reads it (for the replica's KV match),
@@ -31,3 +45,17 @@ class Prompt:
     conversation: dict[str, Any] | None = None
     history: int = 0
     previous: str | None = None
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The latest stage."""
+        for stage in (self.admitted, self.retrieved, self.canonical, self.recalled):
+            if stage is not None:
+                return stage
+        return self.received
+
+    @property
+    def changed(self) -> bool:
+        """Some step made a new body: it is serialized again rather than sent as received."""
+        return (self.admitted is not None or self.retrieved is not None or self.canonical is not None
+                or self.recalled is not None)

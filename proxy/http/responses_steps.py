@@ -40,7 +40,7 @@ async def recall(gateway: Gateway, prompt: Prompt, tenant: TenantPolicy) -> None
     stored = await gateway.responses.get(tenant.name, previous)
     if stored is None:
         raise Refused(response_not_found(previous, "previous_response_id"))
-    prompt.body, prompt.changed = continued(prompt.body, stored), True
+    prompt.recalled = continued(prompt.received, stored)
     prompt.history = len(stored.input) + len(stored.output)
     prompt.previous = previous
 
@@ -50,7 +50,8 @@ async def shape_responses(gateway: Gateway, prompt: Prompt, tenant: TenantPolicy
     """This turn's instructions and input made canonical, the tenant's passages before its last user
     input; the conversation rendered for the pieces. Returns the spans moved."""
     rewrite = rewrite_responses(prompt.body, tenant.prompt, prompt.history)
-    prompt.body, prompt.changed = rewrite.body, prompt.changed or rewrite.changed
+    if rewrite.changed:
+        prompt.canonical = rewrite.body
     record.stage("canonicalize", mark)
     if record.entry is not None:
         record.note(relocated=rewrite.moved)
@@ -60,8 +61,7 @@ async def shape_responses(gateway: Gateway, prompt: Prompt, tenant: TenantPolicy
         turn, evidence = await add_context(gateway.retriever, tenant.name, settings,
                                            input_messages(prompt.body, prompt.history), response_headers, record)
         if evidence is not None:
-            prompt.body = with_input_messages(prompt.body, turn["messages"], prompt.history)
-            prompt.changed = True
+            prompt.retrieved = with_input_messages(prompt.body, turn["messages"], prompt.history)
     prompt.conversation = responses_messages(prompt.body)
     prompt.pieces = chat_pieces(prompt.conversation)
     return rewrite.moved
