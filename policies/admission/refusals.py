@@ -9,13 +9,27 @@ headers an OpenAI client expects.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Literal
 
 from policies.admission.limits import RateLimits, Verdict
 from policies.request.types import Rejection
 
+# Why a pool sheds a request: the ``reason`` of ``Shed``, its 503's error code, and the ``reason`` label of
+# prefixgate_shed_total. The one list of them: the metric's help and docs/configuration.md are written from it,
+# and ``ShedReason`` must name the same words.
+SHED_REASONS: Mapping[str, str] = MappingProxyType({
+    "queue_full": "the pool's wait queue (queue_size) is full",
+    "queue_share_exceeded": "the tenant already holds its share of the wait queue, or its newest waiter gave its "
+                            "place to a tenant under its share",
+    "queue_timeout": "no slot came free within the pool's queue_timeout",
+    "no_healthy_upstream": "every replica of the pool is ejected",
+})
 ShedReason = Literal["queue_full", "queue_share_exceeded", "queue_timeout", "no_healthy_upstream"]
+# prefixgate_shed_total's reason for a request shed and then taken by the pool's overflow_to: the reason, then this
+OVERFLOWED = "_overflowed"
 UpstreamFailure = Literal["timeout", "unreachable", "broken"]
 
 

@@ -1,11 +1,5 @@
-"""Which pool serves a request, and why.
+"""Which pool serves a request, and why (``POOL_REASONS``).
 
-The reasons are the ``reason`` label of ``prefixgate_pool_choices_total``: ``named`` (the client
-named it in x-prefixgate-pool), ``length`` (among the pools that serve the model, by the predicted
-output length), ``start_short`` (a short pool that continues long, for an answer that may be cut there
-and whose template's history does not rule a short answer out: ``starts_short``), ``merged`` (a short
-pool whose split does not pay now, see ``split_pays``, and its long pool taken as one: the less loaded
-of the two), ``model`` (the first pool that serves the model, else the first that takes any).
 The embeddings upstream takes embeddings requests for the models it serves or, knowing none,
 all of them.
 """
@@ -13,13 +7,28 @@ all of them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Literal, Protocol, TypeVar
 
 from policies.admission.length import PoolOption, choose_by_length
 from policies.admission.refusals import ModelNotInPool, UnknownModel, UnknownPool
 from policies.routing.continuation import starts_short
 
-PoolReason = Literal["named", "length", "start_short", "merged", "model"]
+# Why a pool serves a request: the reason ``choose_pool`` gives (all but overflow, which the call gives when the
+# chosen pool sheds), the ``reason`` label of prefixgate_pool_choices_total and /admin/route's ``pool_reason``.
+# The one list of them: the metric's help, the OpenAPI document and docs/configuration.md are written from it,
+# and ``PoolReason`` must name the same words.
+POOL_REASONS: Mapping[str, str] = MappingProxyType({
+    "named": "the client named it in x-prefixgate-pool",
+    "length": "among the pools that serve the model, by the predicted output length",
+    "start_short": "a short pool that continues long, for an answer that may be cut there and whose template's "
+                   "history does not rule a short answer out",
+    "merged": "a short pool whose split does not pay now and its long pool taken as one: the less loaded of the two",
+    "model": "the first pool that serves the model, else the first that takes any",
+    "overflow": "the chosen pool shed the request and this is its overflow_to; counted after admission, the others "
+                "before",
+})
+PoolReason = Literal["named", "length", "start_short", "merged", "model", "overflow"]
 
 
 class Servable(Protocol):

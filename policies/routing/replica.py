@@ -4,23 +4,34 @@ Prompts go by prefix (``bounded_choice``) by default, or, where the engines repo
 hold, first to the replica holding the longest part of the prompt (``held_choice``); requests without a
 prefix key (pools with
 ``balance: least_loaded``, embeddings) to the healthy replica with the fewest requests in flight,
-ties broken by rotating from ``start`` so equal replicas share load. The reasons are the
-``reason`` label of ``prefixgate_replica_choices_total``.
+ties broken by rotating from ``start`` so equal replicas share load. The reasons, with what each
+means, are ``REPLICA_REASONS``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Literal
 
 from policies.routing.affinity import HashRing, bounded_choice, capacity
 
-# single: the pool's one replica; held: the replica that holds the longest part of the prompt, by its
-# engine's KV events; placed: a prompt no engine holds, on the second of its two replicas on the ring, whose
-# engine holds fewer blocks (KV events) or, holding about as many, has fewer requests in flight; home: the
-# prefix's own on the ring; warm: another replica that served the prefix lately (less loaded than the home,
-# or the home was over the bound or ejected); spilled: the home was over the bound or ejected and this
-# replica had not served the prefix; least_loaded: no prefix key.
+# Why a replica was chosen: the ``reason`` of ``pick_replica`` and of the pool's choice, the ``reason`` label of
+# prefixgate_replica_choices_total and of /admin/route's answer. The one list of them: the metric's help, the
+# OpenAPI document and docs/configuration.md are written from it, and ``ReplicaReason`` must name the same words.
+REPLICA_REASONS: Mapping[str, str] = MappingProxyType({
+    "single": "the pool's only replica",
+    "held": "its engine holds the longest part of the prompt, by the engines' KV events (balance kv_events)",
+    "placed": "a prompt no engine holds, on the second of its two ring replicas, whose engine holds fewer blocks or, "
+              "holding about as many, has fewer requests in flight (balance kv_events)",
+    "home": "the prompt prefix's own replica on the ring",
+    "warm": "another replica that served the prefix lately: less loaded than the home, or the home was over the "
+            "load bound or ejected",
+    "spilled": "the home was over the load bound or ejected and this replica had not served the prefix: a cold "
+               "prefill",
+    "least_loaded": "no prefix key (balance least_loaded, embeddings): the healthy replica with the fewest requests "
+                    "in flight",
+})
 ReplicaReason = Literal["single", "held", "placed", "home", "warm", "spilled", "least_loaded"]
 
 

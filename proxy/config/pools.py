@@ -201,8 +201,8 @@ class PoolConfig(UpstreamConfig):
     api_base: str | None = Field(None, json_schema_extra={"shown_default": "provider default"})
     """with `kind: litellm`: the provider's base URL (`api_key` is the provider key)"""
     overflow_to: str | None = None
-    """the name of another pool: requests this pool sheds (`queue_full`, `queue_share_exceeded`, `queue_timeout`,
-    `no_healthy_upstream`) go there instead, once (that pool's own `overflow_to` is not followed). Their answers
+    """the name of another pool: requests this pool sheds (for any reason of `prefixgate_shed_total`, below) go there
+    instead, once (that pool's own `overflow_to` is not followed). Their answers
     carry `x-prefixgate-pool: OTHER` and `x-prefixgate-overflow: THIS`;
     `prefixgate_shed_total{reason="..._overflowed"}` counts them"""
     max_tokens_limit: int | None = Field(None, ge=1)

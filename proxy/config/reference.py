@@ -1,9 +1,11 @@
-"""The configuration reference's field tables, written from the config models.
+"""The configuration reference's tables, written from the config models and the vocabularies of reasons.
 
-Each table in docs/configuration.md sits between ``<!-- fields: NAME -->`` and ``<!-- /fields -->``;
-``prefixgate config-reference`` rewrites them from the models' fields (name, default, docstring), and
-a test fails when the committed file differs, so the reference cannot drift from what the code
-accepts. The prose around the tables is written by hand.
+Each field table in docs/configuration.md sits between ``<!-- fields: NAME -->`` and ``<!-- /fields -->``,
+each table of a metric label's values (why a pool or replica was chosen, why a request was shed) between
+``<!-- values: NAME -->`` and ``<!-- /values -->``; ``prefixgate config-reference`` rewrites them from the
+models' fields (name, default, docstring) and from the mappings the policies declare (``VALUES``), and a
+test fails when the committed file differs, so the reference cannot drift from what the code accepts or
+counts. The prose around the tables is written by hand.
 """
 
 from __future__ import annotations
@@ -12,13 +14,17 @@ import argparse
 import re
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from policies.admission.refusals import SHED_REASONS
+from policies.routing.pool_choice import POOL_REASONS
+from policies.routing.replica import REPLICA_REASONS
 from proxy.config.auth import AuthConfig
 from proxy.config.gateway import Config, LimitsConfig, TenantConfig
 from proxy.config.pools import PoolConfig, UpstreamConfig
@@ -37,7 +43,9 @@ TABLES: dict[str, type[BaseModel]] = {
 # Models with a table of their own (and a pool's fields, which embeddings shares) appear as one row
 # where another model holds them; smaller ones (timeouts, health, patterns) are spelled out in place.
 _OWN_TABLE = {*TABLES.values(), UpstreamConfig}
-_REGION = re.compile(r"(<!-- fields: (\w+) -->\n)(.*?)(<!-- /fields -->)", re.S)
+VALUES: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {"pool_reasons": POOL_REASONS, "replica_reasons": REPLICA_REASONS, "shed_reasons": SHED_REASONS})
+_REGION = re.compile(r"(<!-- (fields|values): (\w+) -->\n)(.*?)(<!-- /\2 -->)", re.S)
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
@@ -93,14 +101,24 @@ def table(model: type[BaseModel]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def values_table(values: Mapping[str, str]) -> str:
+    lines = ["| value | meaning |", "|---|---|"]
+    for value, meaning in values.items():
+        cell = meaning.replace("|", "\\|")
+        lines.append(f"| `{value}` | {cell} |")
+    return "\n".join(lines) + "\n"
+
+
 def render(text: str) -> str:
     """``text`` with every marked table written anew; an unknown table name is an error."""
 
     def one(match: re.Match[str]) -> str:
-        name = match.group(2)
-        if name not in TABLES:
-            raise KeyError(f"no config table named '{name}' (known: {', '.join(TABLES)})")
-        return match.group(1) + table(TABLES[name]) + match.group(4)
+        kind, name = match.group(2), match.group(3)
+        known: Mapping[str, object] = TABLES if kind == "fields" else VALUES
+        if name not in known:
+            raise KeyError(f"no {kind} table named '{name}' (known: {', '.join(known)})")
+        fresh = table(TABLES[name]) if kind == "fields" else values_table(VALUES[name])
+        return match.group(1) + fresh + match.group(5)
 
     return _REGION.sub(one, text)
 

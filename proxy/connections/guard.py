@@ -31,20 +31,28 @@ import logging
 import resource
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Protocol
 
 from proxy.config.server import ConnectionLimits
 
 log = logging.getLogger("prefixgate")
 
-# Reasons a connection is closed (or refused) by the guard: the values of the metrics' `reason` label.
-IDLE = "idle"  # sent nothing by the header deadline, or no next request by the keep-alive deadline
-HEADER_TIMEOUT = "header_timeout"  # began a request, headers incomplete by the deadline
-BODY_TIMEOUT = "body_timeout"  # headers in, body incomplete by the deadline
-EVICTED = "evicted"  # waited longest for its request when the cap needed its place
-OVER_CAPACITY = "over_capacity"  # opened while every connection was being answered: 503
-REASONS = (IDLE, HEADER_TIMEOUT, BODY_TIMEOUT, EVICTED, OVER_CAPACITY)
+# Reasons a connection is closed (or refused) by the guard: the values of prefixgate_connections_closed_total's
+# `reason` label. ``REASONS`` says what each means, and the metric's help is written from it.
+IDLE = "idle"
+HEADER_TIMEOUT = "header_timeout"
+BODY_TIMEOUT = "body_timeout"
+EVICTED = "evicted"
+OVER_CAPACITY = "over_capacity"
+REASONS: Mapping[str, str] = MappingProxyType({
+    IDLE: "sent nothing by server.header_timeout_s, or no next request by server.keepalive_timeout_s",
+    HEADER_TIMEOUT: "began a request whose headers were not all in by server.header_timeout_s",
+    BODY_TIMEOUT: "headers in, body not complete by server.body_timeout_s",
+    EVICTED: "waited longest for its request when server.max_connections needed its place",
+    OVER_CAPACITY: "opened while every connection was being answered at server.max_connections: 503",
+})
 
 SLACK_S = 0.05  # the timer fires this late, so deadlines that fall together expire in one pass
 REPORT_EVERY_S = 10.0  # at most one log line per this many seconds of closes

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import time
 from functools import cache
-from pathlib import Path
 
 import orjson
-import yaml
 from starlette.requests import Request
 from starlette.responses import Response
 
 from policies.admission.refusals import AdminOnly, Refused
 from proxy.gateway import Gateway
+from proxy.http.openapi_document import openapi_document
 
 
 def _json(payload: object, status: int = 200) -> Response:
@@ -54,8 +53,8 @@ async def metrics(request: Request) -> Response:
 
 @cache
 def _openapi_document() -> bytes:
-    """The OpenAPI document beside this module, as JSON, read once per process (the first GET /openapi.json)."""
-    return orjson.dumps(yaml.safe_load((Path(__file__).parent / "openapi.yaml").read_text()))
+    """The OpenAPI document (``openapi_document``) as JSON, read once per process (the first GET /openapi.json)."""
+    return orjson.dumps(openapi_document())
 
 
 async def openapi(request: Request) -> Response:

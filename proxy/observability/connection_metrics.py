@@ -7,6 +7,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from proxy.connections.guard import REASONS
+from proxy.observability.metric_families import spelled_out
 
 
 class ConnectionMetrics:
@@ -14,10 +15,8 @@ class ConnectionMetrics:
         self._open = Gauge("prefixgate_connections_open", "Client connections open (all workers).",
                            registry=registry, multiprocess_mode="livesum")
         closes = Counter(
-            "prefixgate_connections_closed", "Client connections the gateway closed or refused, by reason: idle "
-            "(sent nothing by server.header_timeout_s), header_timeout, body_timeout (server.body_timeout_s), "
-            "evicted (waited longest for its request when server.max_connections was reached), over_capacity "
-            "(503: every connection busy at the cap).", ["reason"], registry=registry)
+            "prefixgate_connections_closed", "Client connections the gateway closed or refused, by reason ("
+            f"{spelled_out(REASONS)}).", ["reason"], registry=registry)
         self._closes = {reason: closes.labels(reason) for reason in REASONS}
 
     def opened(self) -> None:

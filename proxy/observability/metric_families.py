@@ -4,11 +4,16 @@ shared by several workers)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
+from policies.admission.refusals import OVERFLOWED, SHED_REASONS
+from policies.routing.pool_choice import POOL_REASONS
+from policies.routing.replica import REPLICA_REASONS
 from proxy.observability.tallies import CounterFamily, HistogramFamily, MetricKinds
+from proxy.transports.base import ERROR_KINDS
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 PREFIX_TOKEN_BUCKETS = (0, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
@@ -17,6 +22,12 @@ OUTPUT_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192,
 RATIO_BUCKETS = (0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1)
 TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1)
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10, 30, 60)
+
+
+def spelled_out(values: Mapping[str, str]) -> str:
+    """A label's values and what each means, for a family's help, from the mapping that declares them
+    (``REPLICA_REASONS`` and the like), so the help names every value the code may count and no other."""
+    return "; ".join(f"{value}: {meaning}" for value, meaning in values.items())
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +79,8 @@ class TrafficFamilies:
                 ["route"], buckets=TTFT_BUCKETS, registry=registry,
             ),
             upstream_errors=kinds.counter(
-                "prefixgate_upstream_errors", "Failed upstream exchanges, by pool, replica and kind (connect, "
-                "timeout, broken, status_5xx, ...).",
+                "prefixgate_upstream_errors", "Failed upstream exchanges, by pool, replica and kind ("
+                f"{spelled_out(ERROR_KINDS)}).",
                 ["pool", "replica", "kind"], registry=registry,
             ),
             upstream_retries=kinds.counter(
@@ -99,8 +110,9 @@ class RoutingFamilies:
     def register(cls, registry: CollectorRegistry, kinds: MetricKinds) -> RoutingFamilies:
         return cls(
             shed=kinds.counter(
-                "prefixgate_shed", "Requests a pool turned away before any engine work, by pool and reason "
-                "(queue_full, queue_share_exceeded, queue_timeout, no_healthy_upstream).",
+                "prefixgate_shed", "Requests a pool turned away before any engine work, by pool and reason ("
+                f"{spelled_out(SHED_REASONS)}); each as REASON{OVERFLOWED} where the pool's overflow_to took the "
+                "request instead.",
                 ["pool", "reason"], registry=registry,
             ),
             queue_wait=kinds.histogram(
@@ -108,21 +120,13 @@ class RoutingFamilies:
                 ["pool"], buckets=LATENCY_BUCKETS, registry=registry,
             ),
             pool_choices=kinds.counter(
-                "prefixgate_pool_choices", "Requests by the pool that took them and why: model (the first pool "
-                "serving the model), length (predicted output length), start_short (a short pool that continues long, "
-                "for an answer that may be cut), merged (short and long taken as one), named (x-prefixgate-pool), "
-                "overflow (the chosen pool shed it); all but overflow are counted before admission.",
+                "prefixgate_pool_choices", "Requests by the pool that took them and why ("
+                f"{spelled_out(POOL_REASONS)}).",
                 ["pool", "reason"], registry=registry,
             ),
             replica_choices=kinds.counter(
-                "prefixgate_replica_choices", "Requests by the replica chosen and why: held (its engine held the "
-                "longest part of the prompt, balance kv_events), placed (a prompt no engine holds, on the second of "
-                "its two ring replicas, whose engine holds fewer blocks or, holding about as many, has fewer "
-                "requests in flight; balance kv_events), home (the prompt prefix's "
-                "own replica), warm (another replica that served the prefix lately: less loaded than the home, or "
-                "the home was over the load bound or ejected), spilled (the home was over the bound or ejected and "
-                "this replica had not served the prefix: a cold prefill), least_loaded (no prefix "
-                "key), single (the pool's only replica); retries are prefixgate_upstream_retries.",
+                "prefixgate_replica_choices", "Requests by the replica chosen and why ("
+                f"{spelled_out(REPLICA_REASONS)}); retries are prefixgate_upstream_retries.",
                 ["pool", "replica", "reason"], registry=registry,
             ),
             rate_limited=kinds.counter(

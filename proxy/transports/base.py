@@ -7,6 +7,7 @@ and later features (retries, health checks) depend only on this protocol and the
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Protocol
 
 
@@ -32,6 +33,17 @@ class UpstreamBroken(UpstreamError):
     """The answer started and then broke off (connection lost mid-body)."""
 
     kind = "broken"
+
+
+# What went wrong with an exchange: the values of prefixgate_upstream_errors_total's ``kind`` label (each failure's
+# ``kind``, and a 5xx answer, which the exchange counts as status_5xx). The metric's help is written from this.
+ERROR_KINDS: Mapping[str, str] = MappingProxyType({
+    UpstreamUnreachable.kind: "the replica could not be reached, or closed the connection before answering",
+    UpstreamTimeout.kind: "no answer within one of the pool's timeouts",
+    UpstreamBroken.kind: "the answer started and then broke off",
+    UpstreamError.kind: "another failure of the HTTP client",
+    "status_5xx": "the replica answered with a 5xx status",
+})
 
 
 class Reply(Protocol):

@@ -1,13 +1,10 @@
-"""Requests schemathesis generates from the published OpenAPI document (proxy/http/openapi.yaml), both
+"""Requests schemathesis generates from the published OpenAPI document (``openapi_document``), both
 ways (bodies the schema calls valid, and invalid ones), and the checks every answer must pass. Shared
 by the fuzz test (tests/proxy/http/test_openapi.py) and the long fuzz run (tests/bench/fuzz.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import schemathesis
-import yaml
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
@@ -18,9 +15,11 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from proxy.http.openapi_document import openapi_document
+
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
           negative_data_rejection]
-DOCUMENT = yaml.safe_load((Path(__file__).resolve().parents[2] / "proxy" / "http" / "openapi.yaml").read_text())
+DOCUMENT = openapi_document()
 OPERATIONS = [result.ok() for result in schemathesis.openapi.from_dict(DOCUMENT).get_all_operations()]
 
 
