@@ -156,8 +156,7 @@ class Preparation:
             gateway.prefix_meter.observe(tenant.name, prompt.pieces, 0)
             return
         rewrite = rewrite_chat(prompt.received, tenant.prompt)
-        if rewrite.changed:
-            prompt.canonical = rewrite.body
+        prompt.canonical = rewrite.body if rewrite.changed else None
         self.record.stage("canonicalize", self.mark)
         if self.record.entry is not None:
             self.record.note(relocated=rewrite.moved)
@@ -182,8 +181,7 @@ class Preparation:
         assert prompt.pieces is not None  # chat and completions render their prompt first
         self.mark = perf_counter()
         self.admitted = admission.prepare(tenant.admission, prompt.body, prompt.pieces, tenant.name)
-        if self.admitted.capped:
-            prompt.admitted = self.admitted.body
+        prompt.admitted = self.admitted.body if self.admitted.capped else None
         self.admitted.may_cut = self.gateway.upstreams.continues and continuable(prompt.body, self.endpoint)
 
     def choose_pool(self, view: RequestView, headers: RequestHeaders) -> Pool:
