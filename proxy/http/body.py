@@ -1,4 +1,5 @@
-"""Read and decode a JSON request body within the configured size limit, straight from ASGI receive."""
+"""Read and decode a JSON request body within the configured size limit, straight from ASGI receive, and
+check it (``checked_request``): the first step of a generation request and of the route explainer."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import orjson
 from starlette.types import Receive
 
 from policies.admission.refusals import Refused
-from policies.request.types import Rejection
+from policies.request.input_limits import InputLimits, check_input_limits
+from policies.request.types import Endpoint, Rejection, RequestView
+from policies.request.validate import validate_request
 
 
 class ClientGone(Exception):
@@ -48,3 +51,15 @@ def decode_json(raw: bytes) -> Any:
     except orjson.JSONDecodeError as exc:
         raise Refused(Rejection(400, f"We could not parse the JSON body of your request: {exc}.",
                                 code="invalid_json")) from None
+
+
+def checked_request(endpoint: Endpoint, raw: bytes, limits: InputLimits) -> RequestView:
+    """The body decoded once, within the input limits, validated; raises the refusal of the first that fails."""
+    decoded = decode_json(raw)
+    refused = check_input_limits(endpoint, raw, decoded, limits)
+    if refused is not None:
+        raise Refused(refused)
+    view = validate_request(endpoint, decoded)
+    if isinstance(view, Rejection):
+        raise Refused(view)
+    return view

@@ -23,9 +23,7 @@ from policies.admission.request_plan import ShapedBody, plan_call, shape_body
 from policies.answers.answer_cache import answer_key
 from policies.prompt.prompt import rewrite_chat
 from policies.prompt.stable_prefix import chat_pieces, completion_pieces
-from policies.request.input_limits import check_input_limits
 from policies.request.types import Endpoint, Rejection, RequestView
-from policies.request.validate import validate_request
 from policies.routing.continuation import continuable
 from proxy.admission.request_admission import AdmissionHold, Admitted
 from proxy.auth.tenants import TenantPolicy
@@ -34,7 +32,7 @@ from proxy.calls.call import UpstreamCall
 from proxy.calls.continued_answer import ContinuedAnswer
 from proxy.calls.outgoing import CLIENT_CLOSED, Outgoing
 from proxy.gateway import Gateway
-from proxy.http.body import ClientGone, decode_json, read_body
+from proxy.http.body import ClientGone, checked_request, read_body
 from proxy.http.continuation_steps import long_leg_out, starts_short
 from proxy.http.prompt import Planned, Prompt
 from proxy.http.responses_steps import check_pool, recall, responses_answer, shape_responses
@@ -129,13 +127,7 @@ class Preparation:
     async def read(self, headers: RequestHeaders, receive: Receive) -> tuple[RequestView, bytes]:
         """The body within the size cap, decoded once, within the input limits, validated."""
         raw = await read_body(receive, headers.length, self.gateway.config.server.max_body_bytes)
-        decoded = decode_json(raw)
-        refused = check_input_limits(self.endpoint, raw, decoded, self.gateway.input_limits)
-        if refused is not None:
-            raise Refused(refused)
-        view = validate_request(self.endpoint, decoded)
-        if isinstance(view, Rejection):
-            raise Refused(view)
+        view = checked_request(self.endpoint, raw, self.gateway.input_limits)
         record = self.record
         self.mark = record.stage("request", self.mark)
         if record.entry is not None:

@@ -27,14 +27,12 @@ from policies.admission.refusals import AdminOnly, Refused, UnknownTenant
 from policies.admission.token_caps import cap_output
 from policies.prompt.prompt import rewrite_chat
 from policies.prompt.stable_prefix import chat_pieces, completion_pieces
-from policies.request.input_limits import check_input_limits
-from policies.request.types import Endpoint, Rejection
-from policies.request.validate import validate_request
+from policies.request.types import Endpoint
 from policies.routing.continuation import continuable, cut_of
 from proxy.auth.tenants import TenantPolicy
 from proxy.config.gateway import OPEN_TENANT
 from proxy.gateway import Gateway
-from proxy.http.body import ClientGone, decode_json, read_body
+from proxy.http.body import ClientGone, checked_request, read_body
 from proxy.upstream.pool import Pool
 from proxy.wire import headers as x_prefixgate
 
@@ -87,13 +85,7 @@ def route_explainer(endpoint: Endpoint) -> Any:
                                   gateway.config.server.max_body_bytes)
         except ClientGone:
             return Response(status_code=499)  # nobody is left to read it; uvicorn sends nothing
-        decoded = decode_json(raw)
-        refused = check_input_limits(endpoint, raw, decoded, gateway.input_limits)
-        if refused is not None:
-            raise Refused(refused)
-        view = validate_request(endpoint, decoded)
-        if isinstance(view, Rejection):
-            raise Refused(view)
+        view = checked_request(endpoint, raw, gateway.input_limits)
         body = view.body
         if endpoint == "chat":
             body = rewrite_chat(body, tenant.prompt).body
