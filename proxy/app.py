@@ -58,7 +58,8 @@ def create_app(config: Config, *, open_store: StoreOpener | None = None, transpo
                clock: Clock = SYSTEM_CLOCK) -> ASGIApp:
     """The gateway's ASGI app. Seams for tests: ``open_store`` replaces the configured vector store,
     ``transports`` the HTTP client of every upstream (e.g. answering in memory), ``clock`` the
-    monotonic clock of back-offs, rate windows and retry pauses (one a test moves forward)."""
+    monotonic clock of back-offs, rate windows and retry pauses, and of the waits it times: pool queues,
+    upstream timeouts, SSE keep-alives and health checks (one a test moves forward)."""
     metrics = Metrics()
     guard = ConnectionGuard(config.server.connection_limits(file_limit()), metrics.connections)
     generation = {

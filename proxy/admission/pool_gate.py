@@ -2,8 +2,8 @@
 
 Past ``capacity`` requests in flight, a request waits for a slot (``FairQueue`` decides
 who may wait and who goes next); a full queue, or a tenant past its share, is answered 503 at once,
-and a wait past ``timeout`` seconds is answered 503 then. Both carry Retry-After, so clients back
-off instead of hammering an engine that is already saturated.
+and a wait past ``timeout`` seconds of the pool's clock is answered 503 then. Both carry Retry-After,
+so clients back off instead of hammering an engine that is already saturated.
 """
 
 from __future__ import annotations
@@ -12,13 +12,16 @@ import asyncio
 
 from policies.admission.fair_queue import FairQueue
 from policies.admission.refusals import Refused, Shed, ShedReason
+from proxy.clock import SYSTEM_CLOCK, Clock
 
 
 class PoolGate:
-    __slots__ = ("capacity", "in_flight", "name", "queue", "timeout")
+    __slots__ = ("capacity", "clock", "in_flight", "name", "queue", "timeout")
 
-    def __init__(self, name: str, capacity: int, queue_size: int, timeout: float) -> None:
+    def __init__(self, name: str, capacity: int, queue_size: int, timeout: float,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.name = name
+        self.clock = clock  # the queue's timeout runs out on it
         self.capacity = capacity
         self.timeout = timeout
         self.in_flight = 0
@@ -40,7 +43,8 @@ class PoolGate:
         slot: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.queue.push(tenant, slot)
         try:
-            await asyncio.wait_for(asyncio.shield(slot), self.timeout)
+            async with self.clock.deadline(self.clock() + self.timeout):
+                await asyncio.shield(slot)  # a timeout cancels the wait, not the slot a release may grant
         except TimeoutError:
             if self.queue.remove(tenant, slot):
                 raise self._shed("queue_timeout") from None

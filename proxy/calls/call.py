@@ -85,7 +85,7 @@ class UpstreamCall:
         watch = DisconnectWatch(receive)
         if self.out.stream and self.pool.stream_keepalive is not None:
             headers = [*SSE_HEADERS, *self.out.headers] if self.out.headers else SSE_HEADERS
-            self.keepalive = KeepAlive(send, self.pool.stream_keepalive, headers)
+            self.keepalive = KeepAlive(send, self.pool.stream_keepalive, headers, self.pool.clock)
             self.keepalive.start()
         try:
             async with watch:

@@ -10,7 +10,6 @@ connection at once. What it learns (status, usage, stream time) goes into the ca
 
 from __future__ import annotations
 
-import asyncio
 from time import perf_counter
 
 import orjson
@@ -71,9 +70,10 @@ class Exchange:
         reply: Reply | None = None
         complete = False  # body read to its end: the connection may go back to the pool
         waiting = True  # for the first byte; one timer serves both deadlines (one fewer per request)
-        now = asyncio.get_running_loop().time()
+        clock = self.pool.clock
+        now = clock()
         try:
-            async with asyncio.timeout_at(now + min(timeouts.first_byte, timeouts.total)) as deadline:
+            async with clock.deadline(now + min(timeouts.first_byte, timeouts.total)) as deadline:
                 reply = await self._post()
                 streaming = self.out.stream and reply.status == 200
                 first = await reply.next_chunk() if streaming else b""

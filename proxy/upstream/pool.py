@@ -102,7 +102,7 @@ class Pool:
             self.stream_keepalive = config.stream_keepalive
             if config.max_in_flight is not None and config.replicas:
                 self.gate = PoolGate(name, config.max_in_flight * len(config.replicas), config.queue_size,
-                                     config.queue_timeout)
+                                     config.queue_timeout, clock)
 
     def caps(self, action: str) -> TokenCaps | None:
         """This pool's max_tokens limits, applied with the tenant's action; None where it sets none."""
@@ -266,9 +266,9 @@ class Pool:
         return (sum(r.in_flight + r.others_at(now) for r in self.replicas) + queued) / len(self.replicas)
 
     async def check_forever(self) -> None:
-        """Active health checks every ``health.interval`` seconds, until cancelled."""
+        """Active health checks every ``health.interval`` seconds of the pool's clock, until cancelled."""
         while True:
-            await asyncio.sleep(self.checks.interval)
+            await self.clock.sleep(self.checks.interval)
             await self.probe(self.checks.timeout)
 
     async def aclose(self) -> None:

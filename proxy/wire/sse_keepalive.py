@@ -15,6 +15,8 @@ import asyncio
 
 from starlette.types import Send
 
+from proxy.clock import Clock
+
 COMMENT = b": keep-alive\n\n"
 
 
@@ -22,11 +24,12 @@ class KeepAlive:
     """Ticks from a task of its own, so the waiting code awaits its queue slot or first chunk as
     usual; stopped before the first real write, so its writes never interleave with the answer's."""
 
-    __slots__ = ("_stop", "_task", "headers", "interval", "send", "started")
+    __slots__ = ("_stop", "_task", "clock", "headers", "interval", "send", "started")
 
-    def __init__(self, send: Send, interval: float, headers: list[tuple[bytes, bytes]]) -> None:
+    def __init__(self, send: Send, interval: float, headers: list[tuple[bytes, bytes]], clock: Clock) -> None:
         self.send = send
-        self.interval = interval
+        self.interval = interval  # seconds of ``clock``, the pool's
+        self.clock = clock
         self.headers = headers  # the stream's response headers, sent with the first comment
         self.started = False  # the status line and headers are out
         self._stop = asyncio.Event()
@@ -38,7 +41,8 @@ class KeepAlive:
     async def _tick(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._stop.wait(), self.interval)
+                async with self.clock.deadline(self.clock() + self.interval):
+                    await self._stop.wait()
                 return
             except TimeoutError:
                 pass

@@ -6,12 +6,16 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 
+from tests.support.clock import ClockedEngine, FakeClock, meanwhile, settled
 from tests.support.configs import pool
 from tests.support.fake_server import FakeServer
+from tests.support.in_memory import in_memory_gateway
 from tests.support.metrics_text import sample_sum, wait_for_sample
+from tests.support.waiting import wait_until
 
 KEYS = {"greedy": "sk-greedy-tenant-1", "modest": "sk-modest-tenant-1"}
 
@@ -60,22 +64,34 @@ def test_a_greedy_tenant_cannot_keep_another_out_of_the_queue(
     assert sample_sum(metrics, "prefixgate_queue_wait_seconds_count", pool="p") == 10
 
 
-def test_a_wait_past_the_queue_timeout_is_answered_503(fake: FakeServer, start_proxy: Callable[..., str]) -> None:
-    proxy = start_proxy(config(fake, max_in_flight=1, queue_size=4, queue_timeout=0.3))
-
-    async def scenario() -> list[httpx.Response]:
-        async with httpx.AsyncClient(timeout=60) as client:
-            first = asyncio.create_task(ask(client, proxy, "greedy", slow_chat(tokens=10, delay_ms=100)))
-            await wait_for_sample(client, proxy, "prefixgate_replica_in_flight", 1, pool="p")  # the slot is taken
-            return [await ask(client, proxy, "modest", slow_chat(tokens=1, delay_ms=1)), await first]
-
-    waited, first = asyncio.run(scenario())
-    assert first.status_code == 200
-    assert waited.status_code == 503 and waited.json()["error"]["code"] == "queue_timeout"
-    assert "retry-after" in waited.headers
-    # the slot is free again once the long one ended
-    assert httpx.post(proxy + "/v1/chat/completions", json=slow_chat(1, 1),
-                      headers={"Authorization": f"Bearer {KEYS['modest']}"}).status_code == 200
+def test_a_queued_request_is_shed_when_the_clock_passes_the_queue_timeout(tmp_path: Path) -> None:
+    """One slot, held by an answer that takes ten minutes of the app's clock: the request queued behind
+    it is answered 503 queue_timeout as the clock passes the pool's queue_timeout (20 s), not before;
+    the slot holder is answered, and the slot is free again once it is."""
+    clock = FakeClock()
+    engine = ClockedEngine(clock, head_s=600)
+    config = {"pools": [pool("p", "http://p:8000/v1", max_in_flight=1, queue_size=4, queue_timeout=20,
+                             timeouts={"first_byte": 3600, "total": 3600}, health={"interval": 0},
+                             engine_metrics={"interval": 0})]}
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    with in_memory_gateway(config, engine, clock, tmp_path) as client, meanwhile(clock) as background:
+        gate = client.app_state["gateway"].upstreams.by_name["p"].gate
+        first = background(client.post, "/v1/chat/completions", json=chat)
+        wait_until(lambda: engine.posts == 1, timeout=10, what="the first request to take the slot")
+        queued = background(client.post, "/v1/chat/completions", json=chat)
+        wait_until(lambda: gate.queue.size == 1, timeout=10, what="the second request to wait in the queue")
+        clock.advance(19.75)
+        settled(client)
+        assert gate.queue.size == 1 and not queued.done()
+        clock.advance(0.25)
+        waited = queued.result(timeout=10)
+        assert waited.status_code == 503 and waited.json()["error"]["code"] == "queue_timeout"
+        assert waited.headers["retry-after"] == "5"
+        assert gate.queue.size == 0 and engine.posts == 1 and engine.given_up == []  # the first one still runs
+        clock.advance(580)
+        assert first.result(timeout=10).status_code == 200
+        engine.head_s = 0
+        assert client.post("/v1/chat/completions", json=chat).status_code == 200
 
 
 def test_under_the_cap_requests_do_not_wait(fake: FakeServer, start_proxy: Callable[..., str]) -> None:

@@ -1,34 +1,44 @@
-"""Relay mechanics against the fake upstream, with both HTTP clients."""
+"""Relay mechanics against the fake upstream, with both HTTP clients; the upstream timeouts on the app's clock."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
-import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 import pytest
+from starlette.testclient import TestClient
 
 from policies.prompt.cache_salt import salt_policy
 from proxy.config.gateway import OPEN_TENANT
+from tests.support.clock import CHUNKS, ClockedEngine, FakeClock, meanwhile, settled
 from tests.support.configs import pool
 from tests.support.fake_server import FakeServer
+from tests.support.in_memory import in_memory_gateway
 from tests.support.waiting import wait_until
 
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
 SALT_SECRET = "relay-salt-secret-0123"
 
 
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
 @pytest.fixture(params=["aiohttp", "httpx"])
-def gateway(request: pytest.FixtureRequest, fake: FakeServer, start_proxy: Callable[..., str]) -> str:
+def gateway(request: pytest.FixtureRequest, fake: FakeServer, start_proxy: Callable[..., str],
+            clock: FakeClock) -> str:
     return start_proxy({
         "server": {"http_client": request.param},
         "pools": [pool("main", fake.base_url, timeouts={"first_byte": 30, "total": 3})],
         "auth": {"cache_salt_secret": SALT_SECRET},
-    })
+    }, clock=clock)
 
 
 def events(body: bytes) -> list[bytes]:
@@ -86,13 +96,66 @@ def test_broken_stream_ends_with_error_event(gateway: str, model: str) -> None:
     assert last["error"]["type"] == "upstream_error" and last["error"]["code"] == "upstream_broken"
 
 
-def test_total_timeout_mid_stream_ends_with_error_event(gateway: str) -> None:
-    body = {**CHAT, "stream": True, "max_tokens": 100, "fake_delay_ms": 50}  # 5 s > total of 3 s
-    started = time.monotonic()
-    response = httpx.post(gateway + "/v1/chat/completions", json=body, timeout=10)
-    assert time.monotonic() - started < 4.5
-    last = orjson.loads(events(response.content)[-1])
-    assert last["error"]["code"] == "upstream_timeout"
+def test_total_timeout_mid_stream_ends_with_error_event(gateway: str, clock: FakeClock) -> None:
+    """The engine would stream for 5 s; the pool's total timeout (3 s) passes on the app's clock once the
+    first event is out, and the stream ends at once with an error event, the engine's connection dropped."""
+    body = {**CHAT, "stream": True, "max_tokens": 100, "fake_delay_ms": 50}
+    received = []
+    with httpx.stream("POST", gateway + "/v1/chat/completions", json=body, timeout=10) as response:
+        for line in response.iter_lines():
+            if line:
+                received.append(line)
+            if len(received) == 1:
+                clock.advance(3)
+    assert len(received) < 20, received  # cut off long before the engine's 100 events
+    assert orjson.loads(received[-1].removeprefix("data: "))["error"]["code"] == "upstream_timeout"
+
+
+def _timed(clock: FakeClock, engine: ClockedEngine, tmp_path: Path) -> AbstractContextManager[TestClient]:
+    config = {"pools": [pool("p", "http://p:8000/v1", timeouts={"first_byte": 20, "total": 40},
+                             health={"interval": 0}, engine_metrics={"interval": 0})]}
+    return in_memory_gateway(config, engine, clock, tmp_path)
+
+
+def test_an_upstream_that_sends_no_first_byte_is_given_up_on_as_the_clock_passes_first_byte(tmp_path: Path) -> None:
+    """The engine never answers: the client gets 504 upstream_timeout when the app's clock passes the pool's
+    first-byte timeout (20 s), not before, and no test sleeps through it."""
+    clock = FakeClock()
+    engine = ClockedEngine(clock, head_s=None)
+    with _timed(clock, engine, tmp_path) as client, meanwhile(clock) as background:
+        answer = background(client.post, "/v1/chat/completions", json=CHAT)
+        wait_until(lambda: engine.posts == 1, timeout=10, what="the request to reach the engine")
+        clock.advance(19.75)
+        settled(client)
+        assert engine.given_up == [] and not answer.done()
+        clock.advance(0.25)
+        response = answer.result(timeout=10)
+    assert response.status_code == 504 and response.json()["error"]["code"] == "upstream_timeout"
+    assert engine.given_up == [1_020.0]
+
+
+def test_a_stream_past_the_total_timeout_ends_with_an_error_event_as_the_clock_passes_it(tmp_path: Path) -> None:
+    """The first event comes at once, then nothing: the first-byte timeout no longer counts, and the stream
+    ends with an upstream_timeout event when the app's clock passes the total timeout (40 s)."""
+    clock = FakeClock()
+    engine = ClockedEngine(clock, head_s=0, chunk_s=None)
+
+    def stream(client: TestClient) -> bytes:
+        with client.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as response:
+            assert response.status_code == 200
+            return response.read()
+
+    with _timed(clock, engine, tmp_path) as client, meanwhile(clock) as background:
+        answer = background(stream, client)
+        wait_until(lambda: engine.posts == 1, timeout=10, what="the request to reach the engine")
+        clock.advance(39.75)
+        settled(client)
+        assert engine.given_up == [] and not answer.done()
+        clock.advance(0.25)
+        text = answer.result(timeout=10)
+    assert text.startswith(CHUNKS[0]) and b"[DONE]" not in text
+    assert orjson.loads(events(text)[-1])["error"]["code"] == "upstream_timeout"
+    assert engine.given_up == [1_040.0]
 
 
 async def test_one_broken_stream_leaves_concurrent_streams_intact(gateway: str) -> None:

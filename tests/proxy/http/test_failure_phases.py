@@ -31,7 +31,7 @@ from proxy.admission.rate_limiter import Ticket
 from proxy.upstream import litellm_pool
 from proxy.wire.errors import OpenAIError, openai_error, refusal_event
 from tests.proxy.http.test_refusals import EXAMPLES
-from tests.support.clock import FakeClock
+from tests.support.clock import FakeClock, settle
 from tests.support.configs import pool
 from tests.support.in_memory import in_memory_gateway
 from tests.support.metrics_text import sample_sum
@@ -89,6 +89,7 @@ class Upstreams:
     """Every replica's transport: answers a stream, unless ``failure`` says its phase is here."""
 
     failure: Failure
+    clock: FakeClock
     calls: list[str] = field(default_factory=list)
 
     def __call__(self, *, connect_timeout: float, headers: Mapping[str, str], max_connections: int,
@@ -98,8 +99,10 @@ class Upstreams:
     async def post(self, url: str, body: bytes) -> Reply:
         self.calls.append(url)
         phase = self.failure.phase
-        if phase == "after keep-alives":
-            await asyncio.sleep(KEEPALIVE_S * 10)  # a long prefill: the keep-alives send the status line
+        if phase == "after keep-alives":  # a long prefill on the app's clock: the keep-alives send the status line
+            for _ in range(3):
+                self.clock.advance(KEEPALIVE_S)
+                await settle()
         if phase in ("post", "after keep-alives"):
             self.failure.raise_it()
         return Reply(200, [CHUNK], self.failure if phase == "mid-stream" else None)
@@ -145,18 +148,19 @@ class BrokenProvider:
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     """Each pool answers the model of its name. ``kept`` sends SSE keep-alives while a stream waits; ``gated``
-    has one slot and a queue of one (where a slot is never given back, the next request to it fails in half
-    a second, not 30); ``hosted`` is of kind litellm (its provider is never reached: the relay's litellm is
-    replaced). The open tenant has a token budget, so each request that reaches the call holds part of it."""
+    has one slot and a queue of one (a slot or a place a request keeps fails that request's test, ``gate``);
+    their waits run on the app's FakeClock, which only the keep-alive phase's upstream moves; ``hosted`` is of
+    kind litellm (its provider is never reached: the relay's litellm is replaced). The open tenant has a token
+    budget, so each request that reaches the call holds part of it."""
     hosted = {"name": "hosted", "kind": "litellm", "models": ["hosted"], "litellm_model": "openai/model",
               "api_base": "http://hosted.invalid/v1", "api_key": "sk-provider"}
     config = {"pools": [pool("p", "http://p:8000/v1", models=["p"], **QUIET),
                         pool("kept", "http://k:8000/v1", models=["kept"], stream_keepalive=KEEPALIVE_S, **QUIET),
-                        pool("gated", "http://g:8000/v1", models=["gated"], max_in_flight=1, queue_size=1,
-                             queue_timeout=0.5, **QUIET),
+                        pool("gated", "http://g:8000/v1", models=["gated"], max_in_flight=1, queue_size=1, **QUIET),
                         hosted],
               "limits": {"tokens_per_minute": 1_000_000_000}}
-    with in_memory_gateway(config, Upstreams(FAILURE), FakeClock(), tmp_path_factory.mktemp("data")) as client:
+    clock = FakeClock()
+    with in_memory_gateway(config, Upstreams(FAILURE, clock), clock, tmp_path_factory.mktemp("data")) as client:
         yield client
 
 

@@ -10,11 +10,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.clock import FakeClock
+from tests.support.clock import ClockedEngine, FakeClock, settled
 from tests.support.configs import pool
 from tests.support.fake_server import FakeServer
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateways import gateway_processes
+from tests.support.in_memory import in_memory_gateway
 from tests.support.metrics_text import sample_sum
 from tests.support.replica_choice import PROMPTS, ask, served_by
 from tests.support.servers import free_port, serve_in_thread
@@ -141,6 +142,22 @@ def test_active_checks_eject_a_dead_replica_before_any_request_fails(start_proxy
         _wait_for_metric(proxy, healthy, 0.0)  # the checks notice the replica is gone
         assert [_chat(proxy, f"after {n}").status_code for n in range(10)] == [200] * 10
         assert live.stats.completed == 11
+
+
+def test_health_checks_come_once_per_interval_of_the_clock(tmp_path: Path) -> None:
+    """The active checks of a pool of two replicas run on the app's clock: each replica's health URL is
+    asked once per ``health.interval`` (ten seconds) as the clock passes it, none before."""
+    clock = FakeClock()
+    engine = ClockedEngine(clock)
+    config = {"pools": [pool("p", "http://a:8000/v1", "http://b:8000/v1", health={"interval": 10},
+                             engine_metrics={"interval": 0})]}
+    with in_memory_gateway(config, engine, clock, tmp_path) as client:
+        for _ in range(13):  # 30 s in steps of 2.5 s
+            settled(client)
+            clock.advance(2.5)
+        settled(client)
+    assert sorted(engine.checks) == [(f"http://{replica}:8000/health", at) for replica in "ab"
+                                     for at in (1_010.0, 1_020.0, 1_030.0)]
 
 
 def _wait_for_metric(proxy: str, sample: str, value: float, timeout: float = 10) -> None:

@@ -4,52 +4,89 @@ keep-alives when the pool sets stream_keepalive, and clients still read a normal
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import openai
 import orjson
+from starlette.testclient import TestClient
+from starlette.types import Message
 
+from proxy.wire.sse_keepalive import COMMENT, KeepAlive
+from tests.support.clock import CHUNKS, ClockedEngine, FakeClock, meanwhile, settle, settled
 from tests.support.configs import pool
 from tests.support.fake_server import FakeServer
+from tests.support.in_memory import in_memory_gateway
 from tests.support.metrics_text import sample_sum
-from tests.support.waiting import wait_until_async
+from tests.support.waiting import wait_until, wait_until_async
 
 
 def _stream(model: str = "fake-model", **extra: object) -> dict:
     return {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": True, **extra}
 
 
-def _read_stream(proxy: str, body: dict) -> tuple[int, list[tuple[float, bytes]], float]:
-    """(status, [(seconds since sent, line)], seconds to the response head) of a streamed request."""
-    started = time.perf_counter()
-    lines = []
+def _read_stream(proxy: str, body: dict) -> tuple[int, list[bytes]]:
+    """(status, lines) of a streamed request."""
     with httpx.stream("POST", proxy + "/v1/chat/completions", json=body, timeout=30) as response:
-        head = time.perf_counter() - started
-        for line in response.iter_lines():
-            if line:
-                lines.append((time.perf_counter() - started, line.encode()))
-        return response.status_code, lines, head
+        return response.status_code, [line.encode() for line in response.iter_lines() if line]
 
 
-def test_a_slow_prefill_gets_comments_until_the_first_chunk(fake: FakeServer,
-                                                            start_proxy: Callable[..., str]) -> None:
-    proxy = start_proxy({"pools": [pool("p", fake.base_url, stream_keepalive=0.1)]})
-    status, lines, head = _read_stream(proxy, _stream("fake-slow-stream", fake_first_ms=550, fake_tokens=3))
-    assert status == 200 and head < 0.4  # the head went out with the first keep-alive, not with the first token
-    kinds = [line[:1] for _, line in lines]
-    data = [line for _, line in lines if line.startswith(b"data: ")]
-    assert 3 <= kinds.count(b":") <= 10, lines
-    assert kinds[:kinds.count(b":")] == [b":"] * kinds.count(b":"), lines  # only before the first chunk
-    assert data[-1] == b"data: [DONE]" and len(data) == 1 + 3 + 1 + 1  # role, tokens, finish, [DONE]
+async def test_keep_alives_go_out_as_the_clock_passes_each_interval() -> None:
+    """The status line with the first comment once an interval has passed on the pool's clock, a comment
+    each interval after it, none before, and none once stopped."""
+    clock = FakeClock()
+    sent: list[tuple[float, Message]] = []
+
+    async def send(message: Message) -> None:
+        sent.append((clock(), message))
+
+    keepalive = KeepAlive(send, 15, [(b"content-type", b"text/event-stream")], clock)
+    keepalive.start()
+    await settle()  # it waits from now (1000 s)
+    clock.advance(14.75)
+    await settle()
+    assert sent == []
+    for step in (0.25, 14.75, 0.25):
+        clock.advance(step)
+        await settle()
+    assert [(at, m["type"], m.get("body")) for at, m in sent] == [
+        (1_015.0, "http.response.start", None), (1_015.0, "http.response.body", COMMENT),
+        (1_030.0, "http.response.body", COMMENT)]
+    await keepalive.stop()
+    clock.advance(60)
+    await settle()
+    assert len(sent) == 3 and keepalive.started
+
+
+def test_a_slow_prefill_gets_comments_until_the_first_chunk(tmp_path: Path) -> None:
+    """The engine's first chunk comes 40 s after the post on the app's clock, keep-alives every 15 s: the
+    client reads two comments, then the answer as the engine sent it."""
+    clock = FakeClock()
+    engine = ClockedEngine(clock, head_s=40)
+    config = {"pools": [pool("p", "http://p:8000/v1", stream_keepalive=15, timeouts={"first_byte": 3600},
+                             health={"interval": 0}, engine_metrics={"interval": 0})]}
+
+    def read(client: TestClient) -> tuple[int, list[str]]:
+        with client.stream("POST", "/v1/chat/completions", json=_stream()) as response:
+            return response.status_code, [line for line in response.iter_lines() if line]
+
+    with in_memory_gateway(config, engine, clock, tmp_path) as client, meanwhile(clock) as background:
+        answer = background(read, client)
+        wait_until(lambda: engine.posts == 1, timeout=10, what="the stream to reach the engine")
+        for _ in range(8):
+            clock.advance(5)
+            settled(client)
+        status, lines = answer.result(timeout=10)
+    assert status == 200
+    assert lines == [": keep-alive", ": keep-alive", *(chunk.decode().strip() for chunk in CHUNKS)]
 
 
 def test_a_fast_stream_gets_no_comment(fake: FakeServer, start_proxy: Callable[..., str]) -> None:
     proxy = start_proxy({"pools": [pool("p", fake.base_url, stream_keepalive=0.5)]})
-    status, lines, _ = _read_stream(proxy, _stream(fake_tokens=5, fake_delay_ms=150))  # 0.75 s, first token at once
+    status, lines = _read_stream(proxy, _stream(fake_tokens=5, fake_delay_ms=150))  # 0.75 s, first token at once
     assert status == 200
-    assert not [line for _, line in lines if line.startswith(b":")]
+    assert not [line for line in lines if line.startswith(b":")]
 
 
 def test_the_openai_sdk_reads_a_stream_with_comments(fake: FakeServer, start_proxy: Callable[..., str]) -> None:
