@@ -23,7 +23,6 @@ from proxy.observability.metrics import Metrics
 from proxy.observability.prefix_meter import PrefixMeter
 from proxy.retrieval.retriever import Retriever, StoreOpener
 from proxy.transports.base import TransportFactory
-from proxy.upstream.litellm_pool import load_litellm
 from proxy.upstream.load_samples import pool_load_samples
 from proxy.upstream.pools import Upstreams
 
@@ -50,10 +49,7 @@ class Gateway:
                     transports: TransportFactory | None = None, clock: Clock = SYSTEM_CLOCK) -> Gateway:
         upstreams = Upstreams(config, transports, clock)
         metrics.attach(partial(pool_load_samples, upstreams))
-        if any(pool.kind == "litellm" for pool in config.pools):
-            await asyncio.to_thread(load_litellm)  # about a second of imports, off the event loop
-        await upstreams.discover()
-        upstreams.start_checks()
+        await upstreams.start()
         retriever = await Retriever.start(config, metrics, open_store, clock) if config.wants_retrieval else None
         secret = await asyncio.to_thread(deployment_secret, config.resolved_salt_secret, config.data_dir)
         tenants = tenant_policies(config, secret)

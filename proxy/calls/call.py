@@ -1,7 +1,7 @@
 """Where a request goes, and whether it goes now: a slot of the pool (waiting fairly in its queue),
 a replica, else the pool it overflows to, else the ``Shed`` refusal; then the ``Exchange`` with the
-replica or, for a pool of kind litellm, the litellm call. Runs under the disconnect watch, so a
-client that leaves while queued gives up its place at once. Whatever happens, the slot and the
+replica or, where the pool picks none (kind litellm), the pool's own ``relay``. Runs under the disconnect
+watch, so a client that leaves while queued gives up its place at once. Whatever happens, the slot and the
 replica are given back, the request is recorded once, and admission's hold is settled once; and whatever
 refuses or fails on the way (a refusal of any kind, a bug) reaches the client as OpenAI's error JSON while
 nothing went out, else as the stream's last event, an SSE error.
@@ -33,7 +33,6 @@ from proxy.calls.exchange import SSE_HEADERS, Exchange
 from proxy.calls.outgoing import CLIENT_CLOSED, Outcome, Outgoing
 from proxy.observability.request_record import RequestRecord
 from proxy.retrieval.fallback import send_passages_answer
-from proxy.upstream.litellm_pool import LitellmPool
 from proxy.upstream.pool import Pool
 from proxy.wire.disconnect import DisconnectWatch
 from proxy.wire.errors import openai_error, refusal_event, sse_error_event
@@ -74,7 +73,7 @@ class UpstreamCall:
         self.taken_at: float | None = None  # when a replica first took it (perf_counter)
         self.keepalive: KeepAlive | None = None  # ticks while a stream waits for its first chunk
         self.continuation = continuation  # where the answer goes on if the short pool's engine cuts it
-        self.worked = False  # an earlier leg's engine wrote part of the answer
+        self.worked = False  # an earlier leg's engine wrote part of the answer, or the pool's relay was asked
 
     @property
     def committed(self) -> bool:
@@ -114,7 +113,7 @@ class UpstreamCall:
         self.record.called(outcome.status, replica=replica, usage=outcome.usage, taken_at=self.taken_at,
                            streamed=outcome.streamed, body=self.out.body)
         if self.hold is not None:
-            if outcome.replica is None and self.pool.has_replicas and not self.worked:  # no engine work was done
+            if outcome.replica is None and not self.worked:  # no engine work was done
                 await self.hold.give_back()
             else:
                 await self.hold.settle(self.pool.name, outcome.usage)
@@ -136,11 +135,11 @@ class UpstreamCall:
         try:
             refusal = await self._enter_or_overflow()
             if refusal is None:
-                if isinstance(self.pool, LitellmPool):
-                    await self._via_litellm(self.pool, send, watch)
-                elif self.outcome.replica is not None:
-                    exchange = Exchange(self.pool, self.outcome.replica, self.out, self.outcome, self.record,
-                                        self.keepalive, self.answer)
+                if self.outcome.replica is None:  # the pool picked none: it answers itself
+                    await self._relay(send, watch)
+                else:  # the pool that picked a replica is a ReplicaPool
+                    exchange = Exchange(self.pool, self.outcome.replica, self.out,  # type: ignore[arg-type]
+                                        self.outcome, self.record, self.keepalive, self.answer)
                     await exchange.run(send, watch)
                     if self.continuation is not None and self.continuation.answer.continuing:
                         await self._continue(send, watch, self.continuation)
@@ -167,9 +166,9 @@ class UpstreamCall:
         refusal = await self._enter_or_overflow()
         if refusal is not None:
             raise Refused(refusal)
-        assert self.outcome.replica is not None
-        exchange = Exchange(self.pool, self.outcome.replica, self.out, self.outcome, self.record, None, None,
-                            head_sent=self.out.stream)
+        assert self.outcome.replica is not None  # a pool that is continued in picks replicas
+        exchange = Exchange(self.pool, self.outcome.replica, self.out, self.outcome,  # type: ignore[arg-type]
+                            self.record, None, None, head_sent=self.out.stream)
         await exchange.run(send, watch)
         self.record.metrics.continued(self.pool.name, self.tenant, answer.seam_gap, answer.prefilled)
 
@@ -216,10 +215,9 @@ class UpstreamCall:
         self.record.metrics.pool_chosen(overflow.name, "overflow")
 
     async def _enter(self) -> None:
-        """Take a slot of the pool (waiting fairly for one) and a replica; raises the ``Shed`` refusal."""
+        """Take a slot of the pool (waiting fairly for one) and a replica, where the pool picks one; raises
+        the ``Shed`` refusal."""
         pool = self.pool
-        if not pool.has_replicas:
-            return
         if pool.gate is not None:
             queued = perf_counter()
             try:
@@ -234,6 +232,8 @@ class UpstreamCall:
                 self.slot.release()
                 self.slot = None
             raise
+        if picked is None:  # the pool answers the request itself (``relay``)
+            return
         if self.taken_at is None:
             self.taken_at = perf_counter()
         picked.replica.take()
@@ -242,11 +242,13 @@ class UpstreamCall:
         if picked.held_tokens is not None:
             self.record.metrics.held_at_choice(pool.name, picked.held_tokens)
 
-    async def _via_litellm(self, pool: LitellmPool, send: Send, watch: DisconnectWatch) -> None:
-        """The litellm relay writes the answer itself; what it sends is noted as it goes, so a failure after
-        its status line ends the stream with an SSE error event (``_refuse``), not a second status line."""
+    async def _relay(self, send: Send, watch: DisconnectWatch) -> None:
+        """The pool's relay (``Pool.relay``) writes the answer itself; what it sends is noted as it goes, so a
+        failure after its status line ends the stream with an SSE error event (``_refuse``), not a second
+        status line."""
         if self.keepalive is not None:
             await self.keepalive.stop()
+        self.worked = True  # the provider may be working on it: admission's hold is settled, not given back
         outcome = self.outcome
 
         async def noted(message: Message) -> None:
@@ -256,8 +258,8 @@ class UpstreamCall:
             elif not message.get("more_body", False):
                 watch.finished = True
 
-        outcome.status, outcome.usage = await pool.relay(noted, self.out.body, stream=self.out.stream,
-                                                         headers=self.out.headers, head_sent=self.committed)
+        outcome.status, outcome.usage = await self.pool.relay(noted, self.out.body, stream=self.out.stream,
+                                                              headers=self.out.headers, head_sent=self.committed)
         watch.finished = True
 
     async def _refuse(self, send: Send, watch: DisconnectWatch, refusal: Refusal) -> None:

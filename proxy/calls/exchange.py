@@ -24,8 +24,8 @@ from proxy.calls.outgoing import CLIENT_CLOSED, Outcome, Outgoing
 from proxy.observability.request_record import RequestRecord
 from proxy.retrieval.fallback import send_passages_answer
 from proxy.transports.base import Reply, UpstreamBroken, UpstreamError, UpstreamTimeout, UpstreamUnreachable
-from proxy.upstream.pool import Pool
 from proxy.upstream.replica import Replica
+from proxy.upstream.replica_pool import ReplicaPool
 from proxy.wire.disconnect import DisconnectWatch
 from proxy.wire.errors import openai_error, sse_error_event
 from proxy.wire.sse_keepalive import KeepAlive
@@ -48,7 +48,7 @@ def _failure_kind(error: UpstreamError) -> UpstreamFailure:
 class Exchange:
     __slots__ = ("answer", "head_sent", "keepalive", "out", "outcome", "pool", "record", "replica")
 
-    def __init__(self, pool: Pool, replica: Replica, out: Outgoing, outcome: Outcome, record: RequestRecord,
+    def __init__(self, pool: ReplicaPool, replica: Replica, out: Outgoing, outcome: Outcome, record: RequestRecord,
                  keepalive: KeepAlive | None, answer: AnswerToStore | None, *, head_sent: bool = False) -> None:
         self.pool = pool
         self.replica = replica  # the one that holds the request: the first one taken, or a retry's

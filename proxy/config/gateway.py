@@ -12,12 +12,13 @@ from pydantic import Field, field_validator, model_validator
 
 from proxy.config.auth import AuthConfig
 from proxy.config.frozen import Frozen as _Frozen
-from proxy.config.pools import PoolConfig, UpstreamConfig
+from proxy.config.pools import PoolConfig
 from proxy.config.prompt import PromptConfig, span_kinds
 from proxy.config.redis import RedisConfig
 from proxy.config.responses import ResponsesConfig
 from proxy.config.retrieval import AnswerCacheConfig, RetrievalConfig, TenantRetrieval
 from proxy.config.server import AccessLogConfig, EngineConfig, MetricsConfig, ServerConfig
+from proxy.config.upstream import UpstreamConfig
 
 OPEN_TENANT = "default"  # the tenant of every request while no API keys are configured
 

@@ -16,7 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from proxy.config.gateway import Config
-from proxy.config.pools import PoolConfig
+from proxy.config.pools import OpenAIPoolConfig, pool_kinds
 
 ENV_CONFIG = "PREFIXGATE_CONFIG"
 ENV_UPSTREAM = "PREFIXGATE_UPSTREAM"
@@ -31,8 +31,12 @@ class ConfigError(Exception):
 
 
 def _field_path(location: tuple[Any, ...]) -> str:
-    path = ""
-    for part in location:
+    """``pools[0].replicas``: the pool kind pydantic puts after a pool's index (``PoolConfig``'s tag) is left out,
+    as no one writes it there; an error about a field of another kind names the kinds itself."""
+    path, kinds = "", pool_kinds()
+    for number, part in enumerate(location):
+        if isinstance(part, str) and part in kinds and number and isinstance(location[number - 1], int):
+            continue
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     return path or "(top level)"
 
@@ -145,7 +149,7 @@ def _resolve_salt_secret(config: Config, source: str, env: Mapping[str, str]) ->
 
 def with_engine_pool(config: Config, base_url: str, model: str) -> Config:
     """The config the app runs with once the embedded engine is up: one pool pointing at it."""
-    pool = PoolConfig(name="local", replicas=[base_url], models=[model])
+    pool = OpenAIPoolConfig(name="local", replicas=[base_url], models=[model])
     return config.model_copy(update={"pools": [pool]})
 
 

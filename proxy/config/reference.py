@@ -27,14 +27,15 @@ from policies.routing.pool_choice import POOL_REASONS
 from policies.routing.replica import REPLICA_REASONS
 from proxy.config.auth import AuthConfig
 from proxy.config.gateway import Config, LimitsConfig, TenantConfig
-from proxy.config.pools import PoolConfig, UpstreamConfig
+from proxy.config.pools import BasePoolConfig, PoolConfig, pool_kinds
 from proxy.config.prompt import PromptConfig
 from proxy.config.redis import RedisConfig
 from proxy.config.responses import ResponsesConfig
 from proxy.config.retrieval import AnswerCacheConfig, RetrievalConfig, TenantRetrieval
 from proxy.config.server import AccessLogConfig, EngineConfig, MetricsConfig, ServerConfig
+from proxy.config.upstream import UpstreamConfig
 
-TABLES: dict[str, type[BaseModel]] = {
+TABLES: dict[str, Any] = {  # models, and the union of the kinds of pool (``PoolConfig``)
     "top": Config, "server": ServerConfig, "auth": AuthConfig, "pools": PoolConfig, "limits": LimitsConfig,
     "prompt": PromptConfig, "tenants": TenantConfig, "retrieval": RetrievalConfig,
     "tenant_retrieval": TenantRetrieval, "answer_cache": AnswerCacheConfig, "redis": RedisConfig,
@@ -82,8 +83,12 @@ def _default(info: FieldInfo) -> str:
     return f"`{value}`"
 
 
-def field_rows(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, str, str]]:
-    """(dotted field path, default, meaning) for every field a config file may set on ``model``."""
+def field_rows(model: Any, prefix: str = "") -> Iterator[tuple[str, str, str]]:
+    """(dotted field path, default, meaning) for every field a config file may set on ``model``, or on a pool of
+    any kind (``PoolConfig``: ``pool_rows``)."""
+    if model is PoolConfig:
+        yield from pool_rows()
+        return
     for name, info in model.model_fields.items():
         if info.exclude:
             continue
@@ -95,7 +100,29 @@ def field_rows(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, 
             yield from field_rows(nested[0], path + ("[]." if nested[1] else "."))
 
 
-def table(model: type[BaseModel]) -> str:
+def pool_rows() -> Iterator[tuple[str, str, str]]:
+    """A pool's rows, whatever its kind (``pool_kinds``): a row every kind has as it is, one that only some kinds
+    have (or that means something else in each) marked with them; ``kind`` says what each kind is, in its model's
+    docstring."""
+    kinds = pool_kinds()
+    having: dict[tuple[str, str, str], list[str]] = {}
+    for kind, model in kinds.items():
+        for row in field_rows(model):
+            having.setdefault(row, []).append(kind)
+    default_kind = next(iter(kinds))
+    for (path, default, meaning), its_kinds in having.items():
+        if path == "kind":
+            if its_kinds == [default_kind]:
+                described = "; ".join(f"`{kind}`: {' '.join((model.__doc__ or '').split())}"
+                                      for kind, model in kinds.items())
+                yield path, default, f"{BasePoolConfig.model_fields['kind'].description}. {described}"
+        elif len(its_kinds) < len(kinds):
+            yield path, default, f"(`kind: {' or '.join(its_kinds)}`) {meaning}"
+        else:
+            yield path, default, meaning
+
+
+def table(model: Any) -> str:
     lines = ["| field | default | meaning |", "|---|---|---|"]
     lines += [f"| `{path}` | {default} | {meaning} |" for path, default, meaning in field_rows(model)]
     return "\n".join(lines) + "\n"

@@ -105,9 +105,9 @@ def route_explainer(endpoint: Endpoint) -> Any:
                                   "pool_reason": pool_reason,
                                   "predicted_output_p90": prediction.p90 if prediction is not None else None}
         answer |= _continuation(gateway, pool, pool_reason, view.model, body, may_cut, prediction)
-        if pool.has_replicas:
-            salt = tenant.salt.upstream_salt(body.get("cache_salt"))
-            explained = pool.explain(pool.place(pieces, body, view.model, salt))
+        salt = tenant.salt.upstream_salt(body.get("cache_salt"))
+        explained = pool.explain(pool.place(pieces, body, view.model, salt))
+        if explained is not None:  # a pool that picks replicas
             answer |= {"replica": explained.replica, "reason": explained.reason, "replicas": explained.replicas}
         return Response(orjson.dumps(answer), media_type="application/json")
 

@@ -19,7 +19,7 @@ import orjson
 import zmq.asyncio
 
 from policies.routing.kv_blocks import HeldBlocks
-from proxy.config.pools import KvEvents
+from proxy.config.upstream import KvEvents
 from proxy.kv_events.prefix_walk import PrefixWalk
 from proxy.kv_events.prompt_tokens import PromptTokens
 from proxy.kv_events.subscriber import EventFeed

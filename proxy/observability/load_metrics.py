@@ -1,6 +1,6 @@
 """Load metrics read from the pools rather than counted on the request path: requests in flight
 and queued, replica health, and each replica's engine as last read from its own /metrics
-(``start_load_polls``).
+(``poll_replica``).
 
 One process: a collector reads the pools at scrape time, so the request path updates nothing.
 Several uvicorn workers: each worker copies the same values into prometheus_client's multi-process

@@ -9,6 +9,7 @@ with instead of fetching one.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -18,9 +19,9 @@ from uvicorn.protocols.utils import ClientDisconnected
 
 from policies.admission.refusals import ProviderFailed
 from proxy.clock import SYSTEM_CLOCK, Clock
-from proxy.config.pools import PoolConfig
+from proxy.config.pools import LitellmPoolConfig
 from proxy.transports.base import TransportFactory
-from proxy.upstream.pool import Pool
+from proxy.upstream.pool import Pool, Usage
 from proxy.wire.errors import openai_error, refusal_event
 
 ENGINE_ONLY_FIELDS = ("cache_salt",)  # vLLM extensions a hosted API would refuse
@@ -28,16 +29,15 @@ _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache
 
 
 class LitellmPool(Pool):
-    """Pool kind ``litellm``: no replicas, slots or health of its own; each request is one litellm call,
-    and litellm reports the usage of every answer."""
+    """Pool kind ``litellm``: no replicas, health or KV events of its own; ``pick`` gives none, and each
+    request is one litellm call (``relay``), which reports the usage of every answer."""
 
-    has_replicas = False
+    config_model = LitellmPoolConfig
     counts_usage_itself = True
     serves_responses = False  # its calls are litellm's chat completions
 
-    def __init__(self, name: str, config: PoolConfig, transports: TransportFactory,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
-        super().__init__(name, config, transports, clock)
+    def __init__(self, config: LitellmPoolConfig, transports: TransportFactory, clock: Clock = SYSTEM_CLOCK) -> None:
+        super().__init__(config, transports, clock)  # litellm makes its own connections
         self.provider = config
 
     @property
@@ -45,8 +45,13 @@ class LitellmPool(Pool):
         """Only the models it lists: a hosted provider has no list to discover, nor every model."""
         return False
 
+    async def start(self, timeout: float) -> list[asyncio.Task[None]]:
+        """Import litellm (about a second) off the event loop, before the first request waits for it."""
+        await asyncio.to_thread(load_litellm)
+        return []
+
     async def relay(self, send: Send, body: bytes, *, stream: bool, headers: list[tuple[bytes, bytes]],
-                    head_sent: bool) -> tuple[int, tuple[int | None, int | None]]:
+                    head_sent: bool) -> tuple[int, Usage]:
         """Answer the request body through litellm: the status and (prompt, completion) tokens."""
         config = self.provider
         return await relay_via_litellm(send, pool=self.name, body=orjson.loads(body), stream=stream,
@@ -55,7 +60,7 @@ class LitellmPool(Pool):
 
 
 def load_litellm() -> Any:
-    """Import litellm (the gateway does it at start when a pool is of kind litellm, off the event loop)."""
+    """Import litellm (``LitellmPool.start`` does it off the event loop when the gateway starts)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     try:
         import litellm

@@ -1,9 +1,11 @@
 """Where a prompt sits among one pool's replicas (``Placement``), found once by ``Pool.place`` and read
-by ``Pool.pick`` and ``Pool.explain``; and the pick itself (``Picked``), with what the call records of it."""
+by ``Pool.pick`` and ``Pool.explain``; the pick itself (``Picked``), with what the call records of it; and the
+choice as the admin route explains it (``Explained``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from policies.routing.replica import ReplicaReason
 from proxy.upstream.replica import Replica
@@ -35,3 +37,12 @@ class Picked:
     replica: Replica
     reason: ReplicaReason
     held_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Explained:
+    """A replica choice as ``Pool.explain`` reports it: the replica, why, and each replica's reading."""
+
+    replica: str
+    reason: ReplicaReason
+    replicas: list[dict[str, Any]]

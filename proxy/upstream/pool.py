@@ -1,108 +1,67 @@
-"""A pool of vLLM (or other OpenAI-compatible) replicas: which replica takes a request, their health.
+"""What every kind of pool has (``Pool``): what the pool choice, the request's plan and the call read of it.
 
-One ``Transport`` (keep-alive connection pool) per replica, made by the gateway's transport
-factory in the app lifespan. The choice itself is ``pick_replica``'s; a ``Pool`` gathers what it
-reads (loads, health, the warm mask) and remembers what it chose.
+A kind of pool is a subclass of ``Pool`` named in ``POOL_KINDS`` with its config model (``config_model``): it
+says what it runs while the gateway serves (``start``) and how it serves a request. It serves in one of two
+ways: ``pick`` gives a replica, and the call exchanges the request with it over HTTP (``ReplicaPool``, kind
+``openai``); or ``pick`` gives none, and the call hands the request to ``relay``, which answers it
+(``LitellmPool``). The call asks only that, so it needs no test of which kind it holds.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
-import orjson
+from starlette.types import Send
 
 from policies.admission.length import PoolOption, ShortRecall, split_pays
-from policies.admission.refusals import Refused, Shed
 from policies.admission.token_caps import TokenCaps
 from policies.prompt.stable_prefix import Pieces
-from policies.routing.affinity import HashRing, prefix_key
-from policies.routing.health import EjectionRules, usable
-from policies.routing.replica import ReplicaReason, pick_replica
 from proxy.admission.pool_gate import PoolGate
 from proxy.clock import SYSTEM_CLOCK, Clock
-from proxy.config.pools import PoolConfig, Timeouts, UpstreamConfig
-from proxy.kv_events.routing import KvRouting
-from proxy.transports.base import TransportFactory, UpstreamError
-from proxy.upstream.placement import NOWHERE, Picked, Placement
-from proxy.upstream.replica import Replica
-from proxy.upstream.warm_prefixes import WarmPrefixes
+from proxy.config.pools import BasePoolConfig
+from proxy.config.upstream import Timeouts
+from proxy.observability.load_metrics import LENGTH_SPLIT, QUEUED, SHORT_RECALL, LoadGauge
+from proxy.transports.base import TransportFactory
+from proxy.upstream.placement import NOWHERE, Explained, Picked, Placement
 
-
-@dataclass(frozen=True, slots=True)
-class Explained:
-    """A replica choice as ``Pool.explain`` reports it: the replica, why, and each replica's reading."""
-
-    replica: str
-    reason: ReplicaReason
-    replicas: list[dict[str, Any]]
-
-
-# Below uvicorn's (and so vLLM's) 5 s keep-alive, so we never reuse a socket the server is closing.
-KEEPALIVE_SECONDS = 4.0
+Usage = tuple[int | None, int | None]  # (prompt, completion) tokens, as far as they are known
+Sample = tuple[LoadGauge, list[str], float]  # a load gauge, its label values, its value
 
 
 class Pool:
-    """Pool kind ``openai``: requests go to one of its replicas over HTTP (see ``POOL_KINDS``)."""
+    """A pool of any kind, as routing and the call see it: its name, models, length-routing option, token caps,
+    queue (``gate``), overflow pool and timeouts."""
 
-    has_replicas: ClassVar[bool] = True  # requests take a slot and a replica; False: answered another way
+    config_model: ClassVar[type[BasePoolConfig]]  # what a pool of this kind is configured with
     counts_usage_itself: ClassVar[bool] = False  # False: vLLM streams carry usage only when asked for it
     serves_responses: ClassVar[bool] = True  # vLLM serves /v1/responses
 
-    def __init__(self, name: str, config: UpstreamConfig, transports: TransportFactory,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
-        headers = {"Content-Type": "application/json"}
-        if config.api_key:
-            headers["Authorization"] = f"Bearer {config.api_key}"
-        self.name = name
+    def __init__(self, config: BasePoolConfig, transports: TransportFactory, clock: Clock = SYSTEM_CLOCK) -> None:
+        """``transports``: where a kind that talks HTTP gets its clients (``ReplicaPool``)."""
+        name = self.name = config.name
         self.clock = clock
         self.timeouts: Timeouts = config.timeouts
-        self.checks = config.health
-        self.engine_metrics = config.engine_metrics
-        rules = EjectionRules(config.health.eject_after, config.health.backoff, config.health.max_backoff)
         self.declared_models = frozenset(config.models)
         self.discovered_models: frozenset[str] = frozenset()
-        self.replicas = [
-            Replica(url, transports(connect_timeout=config.timeouts.connect, headers=headers,
-                                    max_connections=config.max_connections, keepalive=KEEPALIVE_SECONDS),
-                    config.health_path, rules, name, clock)
-            for url in config.replicas
-        ]
-        self._turn = itertools.count()
-        self.retries = config.retries
-        self.retry_budget = config.retry_budget
-        self.retrying = 0  # requests retrying, against the budget: retry_started() ... retry_ended()
-        self._affine = config.balance in ("prefix", "kv_events") and len(self.replicas) > 1
-        # balance kv_events: what each replica's engine holds, from its KV events
-        self.kv = KvRouting(self.replicas, config.kv_events) if self._affine and config.balance == "kv_events" else None
-        self._shared_load = self.kv is not None and self.kv.settings.shared_load
-        self._ring = HashRing([r.base_url for r in self.replicas])
-        self._load_bound = config.load_bound
-        self._home_slack = config.home_slack
-        warm = self._affine and config.warm_memory_s > 0
-        self._warm = WarmPrefixes(config.warm_memory_s, clock=clock) if warm else None
-        self._affinity_chars = config.affinity_chars
-        self.option = PoolOption(name, "any", 0)
-        self.recall: ShortRecall | None = None  # a short pool's: how many short answers its prediction catches
-        self.priority_hints = False  # send vLLM's priority: the predicted output tokens
-        self.max_tokens_limit: int | None = None
-        self.max_tokens_default: int | None = None
+        self.option = PoolOption(name, config.output, config.short_threshold, config.min_recall,
+                                 config.continue_long, config.long_when_short_below)
+        # a short pool's: how many short answers its prediction catches
+        self.recall = ShortRecall(config.short_threshold) if config.output == "short" else None
+        self.priority_hints = config.priority_hints  # send vLLM's priority: the predicted output tokens
+        self.max_tokens_limit, self.max_tokens_default = config.max_tokens_limit, config.max_tokens_default
+        self.stream_keepalive = config.stream_keepalive  # seconds between SSE comments while a stream waits
         self.gate: PoolGate | None = None  # set when the pool caps its in-flight requests
-        self.stream_keepalive: float | None = None  # seconds between SSE comments while a stream waits
+        if config.max_in_flight is not None:
+            self.gate = PoolGate(name, config.max_in_flight * self.width(config), config.queue_size,
+                                 config.queue_timeout, clock)
         self.overflow: Pool | None = None  # where requests this pool sheds go instead
-        if isinstance(config, PoolConfig):
-            self.option = PoolOption(name, config.output, config.short_threshold, config.min_recall,
-                                     config.continue_long, config.long_when_short_below)
-            self.priority_hints = config.priority_hints
-            if config.output == "short":
-                self.recall = ShortRecall(config.short_threshold)
-            self.max_tokens_limit, self.max_tokens_default = config.max_tokens_limit, config.max_tokens_default
-            self.stream_keepalive = config.stream_keepalive
-            if config.max_in_flight is not None and config.replicas:
-                self.gate = PoolGate(name, config.max_in_flight * len(config.replicas), config.queue_size,
-                                     config.queue_timeout, clock)
+
+    @staticmethod
+    def width(config: Any) -> int:
+        """How many times ``max_in_flight`` requests the pool takes at once: one per replica, else one."""
+        return 1
 
     def caps(self, action: str) -> TokenCaps | None:
         """This pool's max_tokens limits, applied with the tenant's action; None where it sets none."""
@@ -119,138 +78,6 @@ class Pool:
     def serves(self, model: str) -> bool:
         return model in self.declared_models or model in self.discovered_models
 
-    def affinity_key(self, pieces: Pieces, model: str, salt: str | None) -> int | None:
-        """The prompt's key on this pool's ring; None where the pool does not balance by prefix."""
-        return prefix_key(pieces, model, salt, self._affinity_chars) if self._affine else None
-
-    def place(self, pieces: Pieces | None, body: dict[str, Any], model: str, salt: str | None) -> Placement:
-        """What ``pick`` reads of a prompt (``Placement``): its key on the ring, and how many of its leading
-        blocks each replica's engine holds (``balance: kv_events``)."""
-        key = None if pieces is None else self.affinity_key(pieces, model, salt)
-        if key is None:
-            return NOWHERE
-        if self.kv is None:
-            return Placement(key)
-        return Placement(key, self.kv.held(body, salt), self.kv.block_size or 0)
-
-    def pick(self, placement: Placement = NOWHERE) -> Picked:
-        """The replica for a request: the one holding most of the prompt (``placement.held``), else by its
-        prefix key (``pick_replica``'s rule), else the least loaded, and why (``ReplicaReason``); raises the
-        ``Shed`` refusal when no replica is healthy."""
-        replicas, key = self.replicas, placement.key
-        if len(replicas) == 1 and not replicas[0].health.tripped:
-            return Picked(replicas[0], "single", placement.held_tokens(0))
-        warm = self._warm.mask(key) if self._warm is not None and key is not None else 0
-        start = next(self._turn) if key is None else 0  # the least-loaded rotation, as in ``alternate``
-        index, reason = self._choose(key, placement.held, warm, start)
-        if self._warm is not None and key is not None:
-            self._warm.remember(key, warm | 1 << index)
-        return Picked(replicas[index], reason, placement.held_tokens(index))
-
-    def explain(self, placement: Placement = NOWHERE) -> Explained:
-        """What ``pick`` would choose now, and what it read to choose it, without taking or remembering
-        anything (the admin route ``POST /admin/route/...``); raises ``Shed`` as ``pick`` does."""
-        now, key, held = self.clock(), placement.key, placement.held
-        in_flight, healthy = self._loads(now, None, shared=held is not None and self._shared_load)
-        if len(self.replicas) == 1 and not self.replicas[0].health.tripped:
-            index, reason = 0, "single"
-        else:
-            warm = self._warm.mask(key) if self._warm is not None and key is not None else 0
-            index, reason = self._choose(key, held, warm, 0)
-        return Explained(self.replicas[index].base_url, reason, [
-            {"url": replica.base_url, "in_flight": in_flight[number], "healthy": healthy[number],
-             **({"held_tokens": tokens} if (tokens := placement.held_tokens(number)) is not None else {})}
-            for number, replica in enumerate(self.replicas)])
-
-    def _choose(self, key: int | None, held: list[int] | None, warm: int, start: int) -> tuple[int, ReplicaReason]:
-        now = self.clock()
-        footprint = self.kv.footprint() if held is not None and self.kv is not None else None
-        loads = self._loads(now, None, shared=held is not None and self._shared_load)
-        choice = pick_replica(*loads, key=key, ring=self._ring, bound=self._load_bound,
-                              home_slack=self._home_slack, warm=warm, start=start, held=held, footprint=footprint,
-                              held_bound=self.kv.settings.held_bound if self.kv is not None else 1.0)
-        if choice is None:
-            back = min(r.health.ejected_until for r in self.replicas) - now  # the first to turn half-open
-            raise Refused(Shed(self.name, "no_healthy_upstream", retry_after=back))
-        return choice
-
-    def alternate(self, failed: Replica) -> Replica | None:
-        """Another usable replica for a request that ``failed`` could not take, if there is one."""
-        if len(self.replicas) == 1:
-            return None
-        choice = pick_replica(*self._loads(self.clock(), failed), key=None, ring=self._ring,
-                              bound=self._load_bound, home_slack=self._home_slack, warm=0, start=next(self._turn))
-        return None if choice is None else self.replicas[choice[0]]
-
-    def _loads(self, now: float, avoid: Replica | None, shared: bool = False) -> tuple[list[int], list[bool]]:
-        """Each replica's requests in flight (this process's and, while fresh, other senders'), and
-        whether it may take one (healthy, or half-open with nothing in flight; never ``avoid``).
-
-        ``shared`` (the KV-event choice with ``kv_events.shared_load``): where other senders were seen
-        lately, what each engine ran and queued at the latest reading, which every gateway takes at the same
-        instants (``poll_replica``), so gateways that read the same KV events and the same counts reach the
-        same choice. A gateway's own count is fresher but its own, and near a holder's allowance the
-        difference flips choices; the shared count reacts to every gateway's requests one reading late, which
-        is why it is not the default. A lone gateway keeps its exact count either way."""
-        replicas = self.replicas
-        in_flight = [r.in_flight + r.others_at(now) for r in replicas]
-        if shared and any(now < r.others_seen_until for r in replicas):
-            counts = [count for r in replicas if (count := r.engine_count_at(now)) is not None]
-            if len(counts) == len(replicas):  # every engine read lately
-                in_flight = counts
-        healthy = [r is not avoid and usable(r.health, now, r.in_flight) for r in replicas]
-        return in_flight, healthy
-
-    async def fetch_models(self, timeout: float) -> list[dict[str, Any]]:
-        """Model cards from every replica that answers; also refreshes the discovered set."""
-        answers = await asyncio.gather(
-            *(r.transport.get(r.base_url + "/models", timeout) for r in self.replicas), return_exceptions=True
-        )
-        cards: dict[str, dict[str, Any]] = {}
-        for answer in answers:
-            if isinstance(answer, tuple) and answer[0] == 200:
-                try:
-                    data = orjson.loads(answer[1]).get("data", [])
-                except (orjson.JSONDecodeError, AttributeError):
-                    continue
-                for card in data:
-                    if isinstance(card, dict) and isinstance(card.get("id"), str):
-                        cards.setdefault(card["id"], card)
-        if cards:
-            self.discovered_models = frozenset(cards)
-        if self.declared_models:
-            return [cards.get(m) or {"id": m, "object": "model", "owned_by": "prefixgate"}
-                    for m in sorted(self.declared_models)]
-        return list(cards.values())
-
-    async def probe(self, timeout: float) -> dict[str, bool]:
-        """GET each replica's health URL: base URL -> answered 200. A failed check ejects the replica,
-        a passed one brings it back."""
-
-        async def one(replica: Replica) -> bool:
-            try:
-                status, _ = await replica.transport.get(replica.health_url, timeout)
-            except UpstreamError:
-                status = 0
-            if status == 200:
-                replica.succeeded()
-                return True
-            replica.failed(at_once=True)
-            return False
-
-        results = await asyncio.gather(*(one(r) for r in self.replicas))
-        return {r.base_url: ok for r, ok in zip(self.replicas, results, strict=True)}
-
-    def retry_started(self) -> None:
-        """A request moves to its first retry; it counts against ``retry_budget`` until ``retry_ended``."""
-        self.retrying += 1
-
-    def retry_ended(self) -> None:
-        self.retrying -= 1
-
-    def in_flight(self) -> int:
-        return sum(r.in_flight for r in self.replicas)
-
     @property
     def splits(self) -> bool:
         """A short pool: whether its split pays now (``split_pays`` of its measured recall)."""
@@ -258,18 +85,50 @@ class Pool:
 
     @property
     def load(self) -> float:
-        """Requests in flight per replica, other gateways' at the engines and this pool's queue included."""
-        if not self.replicas:
-            return 0.0
-        now = self.clock()
-        queued = self.gate.queue.size if self.gate is not None else 0
-        return (sum(r.in_flight + r.others_at(now) for r in self.replicas) + queued) / len(self.replicas)
+        """Requests in flight and queued, per replica; a pool without replicas counts its queue's."""
+        return 0.0 if self.gate is None else float(self.gate.in_flight + self.gate.queue.size)
 
-    async def check_forever(self) -> None:
-        """Active health checks every ``health.interval`` seconds of the pool's clock, until cancelled."""
-        while True:
-            await self.clock.sleep(self.checks.interval)
-            await self.probe(self.checks.timeout)
+    def place(self, pieces: Pieces | None, body: dict[str, Any], model: str, salt: str | None) -> Placement:
+        """What ``pick`` reads of a prompt; a pool without replicas places it nowhere."""
+        return NOWHERE
+
+    def pick(self, placement: Placement = NOWHERE) -> Picked | None:
+        """The replica for a request and why; None: the pool answers it itself (``relay``)."""
+        return None
+
+    def explain(self, placement: Placement = NOWHERE) -> Explained | None:
+        """What ``pick`` would choose now and why (the admin route); None where it picks no replica."""
+        return None
+
+    async def relay(self, send: Send, body: bytes, *, stream: bool, headers: list[tuple[bytes, bytes]],
+                    head_sent: bool) -> tuple[int, Usage]:
+        """Answer a request that ``pick`` gave no replica: the status and the usage. ``head_sent``: SSE
+        keep-alives already sent the 200, so only events may follow."""
+        raise NotImplementedError(f"pool '{self.name}' picks a replica for every request")
+
+    async def start(self, timeout: float) -> list[asyncio.Task[None]]:
+        """Load what the pool needs before it serves, and start what it runs meanwhile (cancelled when the
+        gateway closes); ``timeout``: for each lookup it makes."""
+        return []
+
+    async def fetch_models(self, timeout: float) -> list[dict[str, Any]]:
+        """The model cards of the models it serves: those it declares."""
+        return [{"id": m, "object": "model", "owned_by": "prefixgate"} for m in sorted(self.declared_models)]
+
+    async def probe(self, timeout: float) -> dict[str, bool]:
+        """Each replica's base URL -> answered its health check; none without replicas."""
+        return {}
+
+    def load_samples(self, now: float) -> Iterator[Sample]:
+        """Its load as ``/metrics`` shows it: the queue, and a short pool's recall and split."""
+        key = [self.name]
+        if self.gate is not None:
+            yield QUEUED, key, self.gate.queue.size
+        if self.recall is not None:
+            recall = self.recall.recall
+            if recall is not None:
+                yield SHORT_RECALL, key, recall
+            yield LENGTH_SPLIT, key, 1 if self.splits else 0
 
     async def aclose(self) -> None:
-        await asyncio.gather(*(r.transport.aclose() for r in self.replicas))
+        return None

@@ -1,8 +1,9 @@
 """All pools of a running gateway: the kinds of pool, which pool serves a request, discovery and readiness.
 
-Pools are built by kind from ``POOL_KINDS`` (the config's ``kind``); the choice among them is
-``choose_pool``'s. Every pool's transports come from one factory and read one clock, both handed to
-``create_app`` (tests give in-memory transports and a clock they move).
+Pools are built by kind from ``POOL_KINDS`` (the config's ``kind``: each kind's class, which names its config
+model), and each starts what it runs (``Pool.start``); the choice among them is ``choose_pool``'s. Every
+pool's transports come from one factory and read one clock, both handed to ``create_app`` (tests give
+in-memory transports and a clock they move).
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from policies.admission.refusals import Refused
 from policies.routing.pool_choice import PoolReason, choose_pool, long_pool
 from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.gateway import Config
+from proxy.config.pools import OpenAIPoolConfig
 from proxy.transports.base import TransportFactory
 from proxy.transports.clients import CLIENTS
 from proxy.upstream.litellm_pool import LitellmPool
 from proxy.upstream.pool import Pool
-from proxy.upstream.replica_load import start_load_polls
+from proxy.upstream.replica_pool import ReplicaPool
 
-POOL_KINDS: dict[str, type[Pool]] = {"openai": Pool, "litellm": LitellmPool}
+POOL_KINDS: dict[str, type[Pool]] = {"openai": ReplicaPool, "litellm": LitellmPool}
+"""Each kind of pool (``PoolConfig``'s ``kind``) and its class; the class names its config model."""
 
 
 class Upstreams:
@@ -31,10 +34,11 @@ class Upstreams:
                  clock: Clock = SYSTEM_CLOCK) -> None:
         transports = transports or CLIENTS[config.server.http_client]
         self.clock = clock
-        self.pools = [POOL_KINDS[p.kind](p.name, p, transports, clock) for p in config.pools]
-        self.embeddings = Pool("embeddings", config.embeddings, transports, clock) if config.embeddings else None
+        self.pools = [POOL_KINDS[p.kind](p, transports, clock) for p in config.pools]
+        self.embeddings = None if config.embeddings is None else ReplicaPool(
+            OpenAIPoolConfig(name="embeddings", **dict(config.embeddings)), transports, clock)
         self._lookup_timeout = config.server.ready_timeout
-        self._checks: list[asyncio.Task[None]] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self.by_name = {pool.name: pool for pool in self.pools}
         for pool_config in config.pools:
             if pool_config.overflow_to is not None:
@@ -45,14 +49,12 @@ class Upstreams:
         # what a prediction's short share is measured against: the smallest short threshold
         self.short_threshold = min((pool.option.short_threshold for pool in self.short_pools), default=None)
 
-    def start_checks(self) -> None:
-        """Active health checks for the pools of several replicas that ask for them; engine readings."""
-        self._checks = [asyncio.get_running_loop().create_task(pool.check_forever(), name=f"health {pool.name}")
-                        for pool in self.pools if pool.checks.interval > 0 and len(pool.replicas) > 1]
-        self._checks += start_load_polls(self.all_pools())
-        self._checks += [asyncio.get_running_loop().create_task(pool.kv.run(self._lookup_timeout),
-                                                                name=f"kv events {pool.name}")
-                         for pool in self.pools if pool.kv is not None]
+    async def start(self) -> None:
+        """What each pool loads and runs while the gateway serves (``Pool.start``), then what the pools that
+        declare no models serve (``discover``)."""
+        for pool in self.all_pools():
+            self._tasks += await pool.start(self._lookup_timeout)
+        await self.discover()
 
     def all_pools(self) -> Iterable[Pool]:
         yield from self.pools
@@ -107,8 +109,8 @@ class Upstreams:
         return {url: ok for m in maps for url, ok in m.items()}
 
     async def aclose(self) -> None:
-        for task in self._checks:
+        for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._checks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(*(p.aclose() for p in self.all_pools()))
 

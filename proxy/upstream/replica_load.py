@@ -21,8 +21,7 @@ from policies.routing.engine_load import EngineSample, foreign_load, hit_rate, l
 from proxy.transports.base import UpstreamError
 
 if TYPE_CHECKING:
-    from proxy.config.pools import EngineMetrics
-    from proxy.upstream.pool import Pool
+    from proxy.config.upstream import EngineMetrics
     from proxy.upstream.replica import Replica
 
 log = logging.getLogger("prefixgate")
@@ -90,8 +89,8 @@ async def poll_replica(replica: Replica, settings: EngineMetrics, wall: Callable
         await sleep(NOT_VLLM_WAIT if read is None else until_next_reading(wall(), settings.interval))
 
 
-def start_load_polls(pools: Iterable[Pool]) -> list[asyncio.Task[None]]:
-    """One polling task per replica of the pools whose ``engine_metrics`` ask for readings."""
+def load_polls(replicas: Iterable[Replica], settings: EngineMetrics) -> list[asyncio.Task[None]]:
+    """One polling task per replica, where ``engine_metrics`` asks for readings."""
     loop = asyncio.get_running_loop()
-    return [loop.create_task(poll_replica(replica, pool.engine_metrics), name=f"engine metrics {replica.base_url}")
-            for pool in pools if pool.engine_metrics.interval > 0 for replica in pool.replicas]
+    return [loop.create_task(poll_replica(replica, settings), name=f"engine metrics {replica.base_url}")
+            for replica in replicas if settings.interval > 0]

@@ -48,13 +48,13 @@ from policies.prompt.stable_prefix import chat_pieces  # noqa: E402
 from proxy.admission.rate_limiter import MemoryLimiter  # noqa: E402
 from proxy.admission.request_admission import Admission, Admitted, TenantAdmission  # noqa: E402
 from proxy.admission.token_count import TokenCounter  # noqa: E402
-from proxy.config.pools import PoolConfig  # noqa: E402
+from proxy.config.pools import OpenAIPoolConfig  # noqa: E402
 from proxy.observability.metrics import Metrics  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.length_workload import APPS, TRUTH_FIELDS, LengthRequest, workload  # noqa: E402
 from tests.bench.report import command_line, write_block, write_result  # noqa: E402
 
-THRESHOLD: int = PoolConfig.model_fields["short_threshold"].default  # the pools' default short_threshold
+THRESHOLD: int = OpenAIPoolConfig.model_fields["short_threshold"].default  # the pools' default short_threshold
 POOLS = [PoolOption("short", "short", THRESHOLD), PoolOption("long", "long", THRESHOLD)]
 APP_NAMES = [f"{app.tenant}/{app.name}" for app in APPS]
 WINDOW = 50  # requests of one app in a row over which "classified well" (>= 90 % right) is judged

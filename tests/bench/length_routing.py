@@ -67,7 +67,7 @@ from aiohttp import web
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from proxy.config.pools import PoolConfig  # noqa: E402
+from proxy.config.pools import OpenAIPoolConfig  # noqa: E402
 from proxy.engine.process import free_port  # noqa: E402
 from tests.bench import machine  # noqa: E402
 from tests.bench.length_workload import LengthRequest, workload  # noqa: E402
@@ -79,7 +79,7 @@ from tests.support.waiting import wait_until  # noqa: E402
 
 MODEL = "prefixgate-tiny"
 TRUTH = "bench_true_tokens"
-THRESHOLD: int = PoolConfig.model_fields["short_threshold"].default
+THRESHOLD: int = OpenAIPoolConfig.model_fields["short_threshold"].default
 PROMPT_CHARS = 6000  # the tiny model reads 4096 positions: prompt and answer must fit
 MAX_ANSWER = 1024
 MARK = " a"  # the text of every token the client receives (see ``one_per_token``)
@@ -355,7 +355,7 @@ def for_this_gateway(name: str, pools: list[dict[str, Any]]) -> list[dict[str, A
     """The pools as this checkout's config reads them: a setting it does not know is left out where its value
     is what the gateway does without it (``continue_long: false``), and refused otherwise, so the layouts of
     before continuation run against a gateway from before it and the others say what they need."""
-    known = PoolConfig.model_fields
+    known = OpenAIPoolConfig.model_fields
     needed = sorted({key for pool in pools for key, value in pool.items()
                      if key not in known and OLD_BEHAVIOUR.get(key, not value) != value})
     if needed:

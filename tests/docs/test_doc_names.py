@@ -35,7 +35,7 @@ from pydantic import BaseModel
 from proxy.commands.cli import build_parser
 from proxy.config import load as config_module
 from proxy.config.gateway import Config
-from proxy.config.pools import PoolConfig
+from proxy.config.pools import PoolConfig, pool_kinds
 from tests.support.configs import pool
 from tests.support.fake_server import FakeServer
 from tests.support.metrics_text import exposed_names
@@ -49,7 +49,7 @@ SHELL = {"bash", "sh", "shell", "console"}
 
 CONFIG_PATH = re.compile(r"[a-z_]+(?:\.(?:<[^<>`]+>|[A-Za-z_]\w*)|\[\d*\])+")
 FILE_NAME = re.compile(r"\.(?:py|md|json|jsonl|ya?ml|lua|sh|txt|html|pdf|png|log|toml|jinja)$")
-POOL_SECTIONS = {name for name, info in PoolConfig.model_fields.items()
+POOL_SECTIONS = {name for model in pool_kinds().values() for name, info in model.model_fields.items()
                  if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)}
 
 ENV_NAME = re.compile(r"\bPREFIXGATE_[A-Z0-9_]*[A-Z0-9]\b")
@@ -122,9 +122,15 @@ def _unwrap(annotation: Any) -> Any:
 def config_path_problem(path: str) -> str | None:
     """Why ``path`` names no config field; None when it does."""
     parts = re.findall(r"\[\d*\]|<[^<>]+>|[^.\[\]]+", path)
-    node: Any = Config if parts[0] in Config.model_fields else PoolConfig
-    walked = ""
-    for part in parts:
+    return _walk(Config if parts[0] in Config.model_fields else PoolConfig, parts, "")
+
+
+def _walk(node: Any, parts: list[str], walked: str) -> str | None:
+    """Why ``parts`` name no field below ``node``; a pool's (``PoolConfig``) are any kind's fields."""
+    for number, part in enumerate(parts):
+        if node == PoolConfig:
+            problems = [_walk(model, parts[number:], walked) for model in pool_kinds().values()]
+            return None if None in problems else problems[0]
         node = _unwrap(node)
         origin = get_origin(node)
         if part.startswith("["):

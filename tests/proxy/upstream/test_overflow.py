@@ -55,6 +55,24 @@ def test_a_provider_error_keeps_its_status(hosted: FakeServer, start_proxy: Call
     assert "fake bad request" in answer.json()["error"]["message"]
 
 
+def test_a_litellm_pool_makes_at_most_max_in_flight_provider_calls(hosted: FakeServer,
+                                                                   start_proxy: Callable[..., str]) -> None:
+    """One provider call at a time and no queue: of two streams at once (the provider waits a second before
+    each one's first chunk), one is answered and the other shed at once."""
+    capped = hosted_pool(hosted, litellm_model="openai/fake-slow-stream", max_in_flight=1, queue_size=0)
+    proxy = start_proxy({"pools": [capped]})
+
+    async def two() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=30) as client:
+            body = {"model": "big-model", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2,
+                    "stream": True}
+            return await asyncio.gather(*(client.post(proxy + "/v1/chat/completions", json=body) for _ in range(2)))
+
+    answers = sorted(asyncio.run(two()), key=lambda answer: answer.status_code)
+    assert [a.status_code for a in answers] == [200, 503]
+    assert answers[0].text.rstrip().endswith("data: [DONE]") and answers[1].json()["error"]["code"] == "queue_full"
+
+
 def test_what_a_saturated_pool_sheds_overflows(fake: FakeServer, hosted: FakeServer,
                                                start_proxy: Callable[..., str]) -> None:
     """One slot, no queue: of three requests at once, one runs locally and two go to the hosted pool."""
@@ -117,8 +135,12 @@ def test_a_stream_that_overflows_to_a_litellm_pool_is_planned_for_it(hosted: Fak
 @pytest.mark.parametrize(("pools", "fragment"), [
     ([{"name": "a", "replicas": ["http://x/v1"], "overflow_to": "nowhere"}], "overflow_to names no other pool"),
     ([{"name": "a", "replicas": ["http://x/v1"], "overflow_to": "a"}], "overflow_to names no other pool"),
-    ([{"name": "a", "kind": "litellm", "replicas": ["http://x/v1"]}], "give api_base instead of replicas"),
-    ([{"name": "a", "replicas": ["http://x/v1"], "litellm_model": "openai/x"}], "are for kind litellm"),
+    ([{"name": "a", "kind": "litellm", "replicas": ["http://x/v1"]}],
+     "pools[0]: Value error, replicas is a field of pools of kind openai; pool 'a' is of kind litellm"),
+    ([{"name": "a", "replicas": ["http://x/v1"], "litellm_model": "openai/x"}],
+     "litellm_model is a field of pools of kind litellm; pool 'a' is of kind openai"),
+    ([{"name": "a", "kind": "litellm", "litelm_model": "openai/x"}], "pools[0].litelm_model: Extra inputs"),
+    ([{"name": "a", "kind": "vllm", "replicas": ["http://x/v1"]}], "pools[0]: kind must be one of: openai, litellm"),
 ])
 def test_pool_kind_and_overflow_mistakes_are_named(tmp_path: Path, pools: list, fragment: str) -> None:
     import yaml

@@ -13,12 +13,12 @@ import httpx
 import pytest
 
 from policies.routing.health import EjectionRules
-from proxy.config.pools import EngineMetrics
+from proxy.config.upstream import EngineMetrics
 from proxy.engine.tiny_model import ensure_tiny_model
 from proxy.upstream.placement import Placement
-from proxy.upstream.pool import Pool
 from proxy.upstream.replica import Replica
 from proxy.upstream.replica_load import poll_replica, read_replica
+from proxy.upstream.replica_pool import ReplicaPool
 from tests.support.clock import FakeClock
 from tests.support.configs import make_config, pool
 from tests.support.fake_server import FakeServer
@@ -212,7 +212,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(ensure_tiny_model(tmp_path_factory.mktemp("tiny")))
 
 
-def _kv_gateway(tiny_model: str, running: list[int], own_before: list[int], shared_load: bool = True) -> Pool:
+def _kv_gateway(tiny_model: str, running: list[int], own_before: list[int], shared_load: bool = True) -> ReplicaPool:
     """A gateway process's pool (``balance: kv_events``) over three engines that report ``running``
     requests, two readings of each taken while this process had ``own_before`` in flight there. Its holders
     may take twice the mean: three times the mean of three replicas is more than any one can hold."""
@@ -224,7 +224,7 @@ def _kv_gateway(tiny_model: str, running: list[int], own_before: list[int], shar
 
     kv_events = {"tokenizer": tiny_model, "shared_load": shared_load, "held_bound": 2.0}  # reachable on three
     config = make_config({"pools": [pool("p", *urls, balance="kv_events", kv_events=kv_events)]})
-    gateway = Pool("p", config.pools[0], MockUpstreams(engine), clock=FakeClock())
+    gateway = ReplicaPool(config.pools[0], MockUpstreams(engine), clock=FakeClock())
     for replica, own in zip(gateway.replicas, own_before, strict=True):
         for _ in range(own):
             replica.take()
