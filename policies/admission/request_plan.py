@@ -35,6 +35,7 @@ class CallPlan:
     answer_cache: bool  # the tenant stores answers: look this one up and store it, if the body qualifies
     announce_pool: bool  # say which pool took it (x-prefixgate-pool)
     priority: int | None = None  # vLLM's priority to send (the predicted output tokens), unless the client sent one
+    output_fields: tuple[str, ...] = ()  # the fields that cap the answer, as its endpoint reads them
 
 
 @dataclass(slots=True)
@@ -57,6 +58,7 @@ def plan_call(view: RequestView, body: dict[str, Any], *, salt: SaltPolicy, caps
         answer_cache=answers,
         announce_pool=announce_pool,
         priority=priority if "priority" not in body else None,
+        output_fields=view.output_fields,
     )
 
 
@@ -65,7 +67,7 @@ def shape_body(raw: bytes, body: dict[str, Any], changed: bool, plan: CallPlan) 
     admission made a new one) with the plan applied; or the refusal of the pool's caps."""
     capped = False
     if plan.caps is not None:
-        shaped = cap_output(body, plan.caps)
+        shaped = cap_output(body, plan.caps, plan.output_fields)
         if not isinstance(shaped, dict):
             return shaped
         capped = shaped is not body

@@ -14,9 +14,6 @@ from typing import Any, Literal
 
 from policies.request.types import Rejection
 
-OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens")  # chat's newer name first; vLLM reads both
-RESPONSES_OUTPUT_FIELDS = ("max_output_tokens",)  # the only one vLLM's Responses API reads
-
 
 @dataclass(frozen=True, slots=True)
 class TokenCaps:
@@ -27,11 +24,11 @@ class TokenCaps:
     source: str = "limits"  # where the limits come from, for the messages: "limits", "pool 'short'"
 
 
-def requested_output(body: dict[str, Any]) -> tuple[str, int | None]:
+def requested_output(body: dict[str, Any], fields: tuple[str, ...]) -> tuple[str, int | None]:
     """(field, value) of the output cap a request names; (the endpoint's field, None) when it names
-    none. Only the fields its API reads count: a Responses body's (its prompt is ``input``) is
-    ``max_output_tokens``, and a chat field in it, which the engine ignores, must not stand in for it."""
-    fields = _output_fields(body)
+    none. ``fields`` are its endpoint's (``OUTPUT_FIELDS``): only those its engine reads count, so a
+    field of another API in the body (chat's ``max_tokens`` in a Responses body, ``max_output_tokens``
+    in a chat body) never stands in for the one the engine obeys."""
     for field in fields:
         value = body.get(field)
         if value is not None:
@@ -39,13 +36,10 @@ def requested_output(body: dict[str, Any]) -> tuple[str, int | None]:
     return fields[-1], None
 
 
-def _output_fields(body: dict[str, Any]) -> tuple[str, ...]:
-    return RESPONSES_OUTPUT_FIELDS if "input" in body else OUTPUT_FIELDS
-
-
-def cap_output(body: dict[str, Any], caps: TokenCaps) -> dict[str, Any] | Rejection:
-    """The body with its max_tokens defaulted or clamped (the same object when nothing changes)."""
-    field, requested = requested_output(body)
+def cap_output(body: dict[str, Any], caps: TokenCaps, fields: tuple[str, ...]) -> dict[str, Any] | Rejection:
+    """The body with its output cap (one of its endpoint's ``fields``) defaulted or clamped (the same
+    object when nothing changes)."""
+    field, requested = requested_output(body, fields)
     if requested is None:
         default = caps.default_max_tokens
         if default is None:
@@ -59,7 +53,7 @@ def cap_output(body: dict[str, Any], caps: TokenCaps) -> dict[str, Any] | Reject
         return Rejection(400, f"{field} is {requested}, above the limit of {caps.max_tokens} output tokens "
                               f"({caps.source}.max_tokens).", param=field, code="max_tokens_above_limit")
     capped = {**body, field: caps.max_tokens}
-    for other in _output_fields(body):  # a second, larger field would undo the clamp upstream
+    for other in fields:  # a second, larger field would undo the clamp upstream
         if other != field and isinstance(capped.get(other), int) and capped[other] > caps.max_tokens:
             capped[other] = caps.max_tokens
     return capped

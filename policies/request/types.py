@@ -7,6 +7,18 @@ from typing import Any, Literal
 
 Endpoint = Literal["chat", "completions", "embeddings", "responses"]
 
+# The fields that cap an answer's length, as each API's engine reads them: chat's newer name first (vLLM
+# reads both), completions' one, the Responses API's one. The field follows the endpoint, never the body: a
+# chat body with a stray ``max_output_tokens`` (or ``input``) names no cap the engine reads.
+OUTPUT_FIELDS: dict[Endpoint, tuple[str, ...]] = {
+    "chat": ("max_completion_tokens", "max_tokens"),
+    "completions": ("max_tokens",),
+    "responses": ("max_output_tokens",),
+    "embeddings": (),
+}
+PROMPT_FIELDS: dict[Endpoint, str] = {"chat": "messages", "completions": "prompt", "responses": "input",
+                                      "embeddings": "input"}
+
 
 @dataclass(frozen=True, slots=True)
 class Rejection:
@@ -28,3 +40,7 @@ class RequestView:
     stream: bool
     include_usage: bool
     body: dict[str, Any]
+
+    @property
+    def output_fields(self) -> tuple[str, ...]:
+        return OUTPUT_FIELDS[self.endpoint]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.admission.token_caps import requested_output
+from policies.request.types import OUTPUT_FIELDS, Endpoint
 
 GUIDED_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
 ONE_GENERATION_FIELDS = ("logprobs", "top_logprobs", "echo", "prompt_logprobs", "suffix")
@@ -68,9 +69,10 @@ class Cut:
     allowed: int | None  # the client's cap, as admitted (None: none)
 
 
-def cut_of(body: dict[str, Any], threshold: int) -> Cut | None:
-    """The cut for ``body`` in a short pool of ``threshold``; None where its own cap already fits."""
-    field, allowed = requested_output(body)
+def cut_of(body: dict[str, Any], threshold: int, fields: tuple[str, ...]) -> Cut | None:
+    """The cut for ``body`` (whose endpoint reads its output cap from ``fields``) in a short pool of
+    ``threshold``; None where its own cap already fits."""
+    field, allowed = requested_output(body, fields)
     if allowed is not None and allowed <= threshold:
         return None
     return Cut(threshold, field, allowed)
@@ -86,12 +88,12 @@ def continues(cut: Cut, finish_reason: object, produced: int) -> bool:
     return finish_reason == "length" and produced >= cut.at and (cut.allowed is None or cut.allowed > produced)
 
 
-def continuation_body(body: dict[str, Any], endpoint: str, text: str, produced: int, *,
+def continuation_body(body: dict[str, Any], endpoint: Endpoint, text: str, produced: int, *,
                       stream: bool) -> dict[str, Any]:
     """The long leg's body: ``body`` (the request as planned for the long pool) with the partial answer
     ``text`` to continue from, and what the client allowed less what was ``produced``. A stream asks for
     its usage: the prompt tokens the long engine was sent are counted."""
-    field, allowed = requested_output(body)
+    field, allowed = requested_output(body, OUTPUT_FIELDS[endpoint])
     continued = dict(body)
     if endpoint == "chat":
         continued["messages"] = [*body["messages"], {"role": "assistant", "content": text}]

@@ -18,6 +18,7 @@ from policies.admission.limits import RateLimits, output_reservation, ratelimit_
 from policies.admission.refusals import LimiterDown, RateLimited, Refused
 from policies.admission.token_caps import TokenCaps, cap_output, check_prompt_tokens, requested_output
 from policies.prompt.stable_prefix import Pieces
+from policies.request.types import OUTPUT_FIELDS, PROMPT_FIELDS, Endpoint
 from proxy.admission.rate_limiter import Limiter, LimiterUnavailable, Ticket
 from proxy.admission.token_count import TokenCounter
 from proxy.observability.metrics import Metrics
@@ -56,6 +57,7 @@ class Admitted:
     tenant: str = ""
     step: Step = "turn"
     may_cut: bool = False  # its answer may be cut in a short pool and continued (``continuable``)
+    output_fields: tuple[str, ...] = ()  # the fields that cap its answer, as its endpoint reads them
 
 
 class LengthBook:
@@ -94,28 +96,32 @@ class Admission:
     def needed(self, tenant: TenantAdmission) -> bool:
         return self.predicts or tenant.active
 
-    def prepare(self, tenant: TenantAdmission, body: dict[str, Any], pieces: Pieces, tenant_name: str) -> Admitted:
+    def prepare(self, tenant: TenantAdmission, body: dict[str, Any], pieces: Pieces, tenant_name: str,
+                endpoint: Endpoint) -> Admitted:
         """Count the prompt, cap it and the output, predict the output; raises the ``Rejection`` that refuses it."""
         prompt_tokens = self.counter.count(pieces)
-        refused = check_prompt_tokens(prompt_tokens, tenant.caps, _prompt_field(body))
+        refused = check_prompt_tokens(prompt_tokens, tenant.caps, PROMPT_FIELDS[endpoint])
         if refused is not None:
             raise Refused(refused)
-        capped = cap_output(body, tenant.caps)
+        fields = OUTPUT_FIELDS[endpoint]
+        capped = cap_output(body, tenant.caps, fields)
         if not isinstance(capped, dict):
             raise Refused(capped)
         if capped is not body:
             self.metrics.admission_clamped(tenant_name)
-        admitted = Admitted(capped, capped is not body, prompt_tokens)
+        admitted = Admitted(capped, capped is not body, prompt_tokens, output_fields=fields)
         if self.predicts or tenant.limits.tokens_per_minute is not None:
             admitted.tenant = tenant_name
-            admitted.length_key, admitted.step, admitted.prediction = self.predict(body, pieces, tenant_name)
+            admitted.length_key, admitted.step, admitted.prediction = self.predict(body, pieces, tenant_name,
+                                                                                   endpoint)
         return admitted
 
-    def predict(self, body: dict[str, Any], pieces: Pieces, tenant_name: str) -> tuple[int, Step, Prediction]:
+    def predict(self, body: dict[str, Any], pieces: Pieces, tenant_name: str,
+                endpoint: Endpoint) -> tuple[int, Step, Prediction]:
         """The output length predicted for ``body`` (as capped) from its template's history: the
         history's key, the request's step, the prediction. Reads the book, changes nothing."""
-        features = features_of(body, requested_output(body)[1])
-        chat = _prompt_field(body) != "prompt"  # a Responses conversation is a chat
+        features = features_of(body, requested_output(body, OUTPUT_FIELDS[endpoint])[1])
+        chat = endpoint != "completions"  # a Responses conversation is a chat
         key = length_key(pieces, chat, tenant_name, str(body.get("model", "")), features.json_answer)
         return key, step_of(pieces, chat), predict(features, self.book.get(key), self.short_threshold)
 
@@ -127,7 +133,8 @@ class Admission:
         if not limits.active:
             return
         p95 = admitted.prediction.p95 if admitted.prediction is not None else None
-        output = output_reservation(requested_output(body)[1], p95, tenant.output_reservation)
+        output = output_reservation(requested_output(body, admitted.output_fields)[1], p95,
+                                    tenant.output_reservation)
         reserved = admitted.prompt_tokens + output
         try:
             verdict, ticket = await self.limiter.admit(tenant_name, limits, reserved)
@@ -163,11 +170,6 @@ class Admission:
 
     async def aclose(self) -> None:
         await self.limiter.aclose()
-
-
-def _prompt_field(body: dict[str, Any]) -> str:
-    """Where a body's prompt is: chat's ``messages``, the Responses API's ``input``, or ``prompt``."""
-    return "messages" if "messages" in body else "input" if "input" in body else "prompt"
 
 
 @dataclass(frozen=True, slots=True)

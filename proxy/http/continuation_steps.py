@@ -28,7 +28,7 @@ def starts_short(upstreams: Upstreams, endpoint: str, pool: Pool, view: RequestV
     long = upstreams.continues_in(pool, view.model)
     if long is None or not continuable(prompt.body, endpoint):
         return None
-    cut = cut_of(planned.shaped.body, pool.option.short_threshold)
+    cut = cut_of(planned.shaped.body, pool.option.short_threshold, view.output_fields)
     if cut is None:
         return None
     body = sent_body(planned)

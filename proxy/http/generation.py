@@ -172,7 +172,8 @@ class Preparation:
             return
         assert prompt.pieces is not None  # chat and completions render their prompt first
         self.mark = perf_counter()
-        self.admitted = admission.prepare(tenant.admission, prompt.body, prompt.pieces, tenant.name)
+        self.admitted = admission.prepare(tenant.admission, prompt.body, prompt.pieces, tenant.name,
+                                          self.endpoint)
         prompt.admitted = self.admitted.body if self.admitted.capped else None
         self.admitted.may_cut = self.gateway.upstreams.continues and continuable(prompt.body, self.endpoint)
 

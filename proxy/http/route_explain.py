@@ -27,7 +27,7 @@ from policies.admission.refusals import AdminOnly, Refused, UnknownTenant
 from policies.admission.token_caps import cap_output
 from policies.prompt.prompt import rewrite_chat
 from policies.prompt.stable_prefix import chat_pieces, completion_pieces
-from policies.request.types import Endpoint
+from policies.request.types import Endpoint, RequestView
 from policies.routing.continuation import continuable, cut_of
 from proxy.auth.tenants import TenantPolicy
 from proxy.config.gateway import OPEN_TENANT
@@ -51,16 +51,17 @@ def _tenant(gateway: Gateway, request: Request) -> TenantPolicy:
     return tenant
 
 
-def _continuation(gateway: Gateway, pool: Pool, reason: str, model: str, body: dict[str, Any], may_cut: bool,
-                  prediction: Prediction | None) -> dict[str, Any]:
+def _continuation(gateway: Gateway, pool: Pool, reason: str, view: RequestView, body: dict[str, Any],
+                  may_cut: bool, prediction: Prediction | None) -> dict[str, Any]:
     """Whether the request starts short (cut at the short pool's threshold, continued in the long pool) and
     why: the share of its template's answers within the threshold (None: not known yet) against the pool's
     ``long_when_short_below``, or what rules a cut out."""
+    model = view.model
     short = next((p for p in gateway.upstreams.short_pools if gateway.upstreams.continues_in(p, model)), None)
     if short is None or prediction is None:
         return {}
     threshold, share = short.option.short_threshold, prediction.short_share
-    cut = cut_of(body, threshold) if may_cut and pool is short and reason not in ("named", "merged") else None
+    cut = cut_of(body, threshold, view.output_fields) if may_cut and pool is short and reason not in ("named", "merged") else None
     why = ("the answer may not be cut (tools, response_format, guided decoding, n, logprobs or echo)"
            if not may_cut else "the client named the pool" if reason == "named"
            else f"its own max_tokens fits {threshold}" if pool is short and cut is None
@@ -94,9 +95,9 @@ def route_explainer(endpoint: Endpoint) -> Any:
             pieces = completion_pieces(body)
         prediction, may_cut = None, continuable(body, endpoint)
         if gateway.admission.predicts:  # the pool by output length, as ``Admission.prepare`` predicts it
-            capped = cap_output(body, tenant.admission.caps)
+            capped = cap_output(body, tenant.admission.caps, view.output_fields)
             if isinstance(capped, dict):
-                body, prediction = capped, gateway.admission.predict(capped, pieces, tenant.name)[2]
+                body, prediction = capped, gateway.admission.predict(capped, pieces, tenant.name, endpoint)[2]
         pool, pool_reason = gateway.upstreams.pool_for(
             view.model, predicted_p90=prediction.p90 if prediction is not None else None,
             short_share=prediction.short_share if prediction is not None else None,
@@ -104,7 +105,7 @@ def route_explainer(endpoint: Endpoint) -> Any:
         answer: dict[str, Any] = {"tenant": tenant.name, "model": view.model, "pool": pool.name,
                                   "pool_reason": pool_reason,
                                   "predicted_output_p90": prediction.p90 if prediction is not None else None}
-        answer |= _continuation(gateway, pool, pool_reason, view.model, body, may_cut, prediction)
+        answer |= _continuation(gateway, pool, pool_reason, view, body, may_cut, prediction)
         salt = tenant.salt.upstream_salt(body.get("cache_salt"))
         explained = pool.explain(pool.place(pieces, body, view.model, salt))
         if explained is not None:  # a pool that picks replicas

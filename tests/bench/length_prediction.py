@@ -70,7 +70,7 @@ def admitted_body(admission: Admission, request: LengthRequest) -> tuple[Admitte
     body = request.body
     assert TRUTH_FIELDS.isdisjoint(body), f"the client body carries {sorted(TRUTH_FIELDS & body.keys())}"
     rewrite = rewrite_chat(body, PromptPolicy())
-    admitted = admission.prepare(TENANT, rewrite.body, chat_pieces(rewrite.body), request.tenant)
+    admitted = admission.prepare(TENANT, rewrite.body, chat_pieces(rewrite.body), request.tenant, "chat")
     assert admitted.body == rewrite.body and TRUTH_FIELDS.isdisjoint(admitted.body), "admission changed the body"
     assert request.body == sent, "the gateway's path changed the client's body"
     return admitted, sent

@@ -15,7 +15,9 @@ from policies.routing.continuation import (
     starts_short,
     stops_of,
 )
+from policies.request.types import OUTPUT_FIELDS
 
+FIELDS = OUTPUT_FIELDS["chat"]
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
@@ -54,12 +56,12 @@ def test_unknown_templates_start_short_and_a_history_of_long_answers_does_not() 
 
 
 def test_the_cut_keeps_the_clients_field_and_a_cap_that_fits_needs_none() -> None:
-    assert cut_of({**CHAT, "max_tokens": 100}, 256) is None
-    assert cut_of({**CHAT, "max_tokens": 256}, 256) is None
-    cut = cut_of({**CHAT, "max_completion_tokens": 900}, 256)
+    assert cut_of({**CHAT, "max_tokens": 100}, 256, FIELDS) is None
+    assert cut_of({**CHAT, "max_tokens": 256}, 256, FIELDS) is None
+    cut = cut_of({**CHAT, "max_completion_tokens": 900}, 256, FIELDS)
     assert cut == Cut(256, "max_completion_tokens", 900)
     assert cut_body({**CHAT, "max_completion_tokens": 900}, cut)["max_completion_tokens"] == 256
-    assert cut_of(CHAT, 256) == Cut(256, "max_tokens", None)
+    assert cut_of(CHAT, 256, FIELDS) == Cut(256, "max_tokens", None)
 
 
 def test_only_a_stop_at_the_cut_with_room_left_continues() -> None:

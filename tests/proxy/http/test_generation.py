@@ -153,3 +153,29 @@ def test_only_deterministic_requests_of_tenants_that_store_answers_are_replayed(
         assert "x-prefixgate-answer-cache" not in _chat(client, temperature=0.7).headers
         assert "x-prefixgate-answer-cache" not in _chat(client, GLOBEX, temperature=0).headers
     assert len(upstreams.posts()) == 4
+
+
+def test_a_stray_input_field_does_not_lift_the_output_cap(upstreams: MockUpstreams, clock: FakeClock,
+                                                          tmp_path: Path) -> None:
+    """The output cap follows the endpoint: ``"input"`` in a chat or completions body (which their engines
+    ignore) neither hides ``max_tokens`` from the tenant's cap nor from the rate limits' reservation."""
+    quiet = {"models": ["m"], "health": {"interval": 0}, "engine_metrics": {"interval": 0}}
+    config = {"pools": [pool("p", A, **quiet)],
+              "auth": {"keys": [{"tenant": "acme", "key": ACME}, {"tenant": "globex", "key": GLOBEX}]},
+              "tenants": {"acme": {"limits": {"max_tokens": 64, "max_tokens_action": "reject"}},
+                          "globex": {"limits": {"max_tokens": 64, "tokens_per_minute": 1000}}}}
+    bodies = {"/v1/chat/completions": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+              "/v1/completions": {"model": "m", "prompt": "Once"}}
+    with in_memory_gateway(config, upstreams, clock, tmp_path) as client:
+        for path, body in bodies.items():
+            stray = {**body, "max_tokens": 100000, "input": 0}
+            sent = len(upstreams.posts())
+            refused = client.post(path, json=stray, headers={"Authorization": f"Bearer {ACME}"})
+            assert refused.status_code == 400, refused.text
+            assert refused.json()["error"]["param"] == "max_tokens"
+            assert len(upstreams.posts()) == sent
+            clamped = client.post(path, json=stray, headers={"Authorization": f"Bearer {GLOBEX}"})
+            assert clamped.status_code == 200, clamped.text
+            assert _sent(upstreams)["max_tokens"] == 64
+            # the reservation is the prompt plus the 64 admitted, not 100,000 (which would not fit 1,000)
+            assert int(clamped.headers["x-ratelimit-remaining-tokens"]) > 1000 - 64 - 50
