@@ -23,4 +23,5 @@ class ResponsesConfig(_Frozen):
     """with Redis: each call for a stored response; longer than the caches' `redis.timeout_ms`, since a response
     that could not be stored cannot be continued (a cache miss only costs a recomputation)"""
     max_memory_mb: float = Field(256.0, gt=0)
-    """without Redis: the most each process keeps (serialized); past it the least recently used go first"""
+    """without Redis: the most memory each process's stored responses take (their JSON and its bookkeeping); past it
+    the least recently used go first"""

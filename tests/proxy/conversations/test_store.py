@@ -5,6 +5,7 @@ restart, a 503 with Retry-After while it is down); each under its tenant, whatev
 from __future__ import annotations
 
 import logging
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from starlette.testclient import TestClient
 from policies.admission.refusals import Refused, StateUnavailable
 from policies.prompt.responses import StoredResponse
 from proxy.config.redis import RedisConfig
-from proxy.conversations.store import MemoryResponses, RedisResponses, _encode
+from proxy.conversations.store import ENTRY_OVERHEAD, MemoryResponses, RedisResponses, _encode
 from tests.support import fake_responses
 from tests.support.clock import FakeClock
 from tests.support.configs import pool
@@ -51,7 +52,7 @@ async def test_a_response_in_memory_lasts_its_ttl_on_the_clock() -> None:
 
 
 async def test_past_the_byte_bound_the_least_recently_used_response_goes_first() -> None:
-    one = len(_encode(stored("a", size=1000)))
+    one = len(_encode(stored("a", size=1000))) + ENTRY_OVERHEAD
     store = MemoryResponses(ttl_s=DAY_S, max_bytes=3 * one, clock=FakeClock())
     for name in ("a", "b", "c"):
         await store.put("acme", f"resp_{name}", stored(name, size=1000))
@@ -60,6 +61,24 @@ async def test_past_the_byte_bound_the_least_recently_used_response_goes_first()
     assert await store.get("acme", "resp_b") is None  # the least recently used
     for name in ("a", "c", "d"):
         assert await store.get("acme", f"resp_{name}") == stored(name, size=1000)
+
+
+async def test_the_memory_bound_bounds_what_the_process_holds() -> None:
+    """``max_memory_mb`` is what the stored responses take in memory (traced), not the sum of their lengths:
+    2 MB of tiny responses, of 600-byte ones or of 40 KB ones holds no more than about 2 MB."""
+    bound = 2 << 20
+    for size in (10, 600, 40_000):
+        store = MemoryResponses(ttl_s=DAY_S, max_bytes=bound, clock=FakeClock())
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for n in range(3 * bound // (size + ENTRY_OVERHEAD)):
+                await store.put("acme", f"resp_{n:032x}", stored(size=size))
+            held = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert len(store.entries) > bound // (size + 2 * ENTRY_OVERHEAD)  # it does fill up to the bound
+        assert held < bound * 1.1, (size, held)
 
 
 async def test_a_response_larger_than_the_whole_bound_is_not_kept(caplog: pytest.LogCaptureFixture) -> None:
