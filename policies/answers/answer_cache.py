@@ -33,12 +33,18 @@ def answer_key(tenant: str, body: dict[str, Any]) -> str:
     return hashlib.sha256(orjson.dumps([tenant, request], option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
+CHAT, TEXT = "chat.completion", "text_completion"  # the two shapes an answer is stored and replayed in
+
+
 def completion_from_stream(raw: bytes) -> dict[str, Any] | None:
-    """The chat completion a finished SSE stream adds up to; None if it is not one clean answer."""
+    """The completion a finished SSE stream adds up to, in its own API's shape (chat's ``message``, or
+    completions' ``text``: told by the chunks, which carry a ``delta`` or a ``text``); None if it is not
+    one clean answer."""
     content: list[str] = []
     first: dict[str, Any] | None = None
     finish = None
     usage = None
+    shape = CHAT
     for line in raw.split(b"\n"):
         if not line.startswith(b"data: ") or line == b"data: [DONE]":
             continue
@@ -53,37 +59,46 @@ def completion_from_stream(raw: bytes) -> dict[str, Any] | None:
         for choice in event.get("choices") or []:
             if choice.get("index", 0) != 0:
                 return None
-            delta = choice.get("delta") or {}
-            if delta.get("tool_calls"):
-                return None
-            content.append(delta.get("content") or "")
+            if "text" in choice:  # a completions chunk
+                shape = TEXT
+                content.append(choice.get("text") or "")
+            else:
+                delta = choice.get("delta") or {}
+                if delta.get("tool_calls"):
+                    return None
+                content.append(delta.get("content") or "")
             finish = choice.get("finish_reason") or finish
     if first is None or finish is None:
         return None
-    return {
-        "id": first.get("id"), "object": "chat.completion", "created": first.get("created"),
-        "model": first.get("model"),
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(content)},
-                     "logprobs": None, "finish_reason": finish}],
-        "usage": usage,
-    }
+    head = {"id": first.get("id"), "object": shape, "created": first.get("created"), "model": first.get("model")}
+    text = "".join(content)
+    if shape == TEXT:
+        return {**head, "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+                "usage": usage}
+    return {**head, "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                 "logprobs": None, "finish_reason": finish}], "usage": usage}
 
 
 def stream_from_completion(completion: dict[str, Any], include_usage: bool) -> bytes:
-    """SSE bytes for a stored completion: a role chunk, the text, the finish, usage if asked, [DONE]."""
-    base = {"id": completion.get("id"), "object": "chat.completion.chunk", "created": completion.get("created"),
-            "model": completion.get("model")}
+    """SSE bytes for a stored completion, in its API's chunks: chat's role chunk, text and finish, or
+    completions' text and finish; then usage if asked, and [DONE]."""
+    text_shape = completion.get("object") == TEXT
+    base = {"id": completion.get("id"), "object": TEXT if text_shape else "chat.completion.chunk",
+            "created": completion.get("created"), "model": completion.get("model")}
     choice = completion["choices"][0]
-    message = choice.get("message") or {}
 
-    def event(delta: dict[str, Any], finish: str | None) -> bytes:
-        payload = {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+    def event(part: dict[str, Any], finish: str | None) -> bytes:
+        payload = {**base, "choices": [{"index": 0, **part, "logprobs": None, "finish_reason": finish}]}
         return b"data: " + orjson.dumps(payload) + b"\n\n"
 
-    out = event({"role": "assistant", "content": ""}, None)
-    if message.get("content"):
-        out += event({"content": message["content"]}, None)
-    out += event({}, choice.get("finish_reason") or "stop")
+    if text_shape:
+        out = event({"text": choice.get("text") or ""}, None) + event({"text": ""}, choice.get("finish_reason"))
+    else:
+        message = choice.get("message") or {}
+        out = event({"delta": {"role": "assistant", "content": ""}}, None)
+        if message.get("content"):
+            out += event({"delta": {"content": message["content"]}}, None)
+        out += event({"delta": {}}, choice.get("finish_reason") or "stop")
     if include_usage and completion.get("usage"):
         out += b"data: " + orjson.dumps({**base, "choices": [], "usage": completion["usage"]}) + b"\n\n"
     return out + b"data: [DONE]\n\n"

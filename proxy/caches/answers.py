@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 from starlette.types import Send
 
-from policies.answers.answer_cache import stream_from_completion
+from policies.answers.answer_cache import CHAT, TEXT, stream_from_completion
 from proxy.caches.tiered import TieredCache
 from proxy.wire.headers import ANSWER_CACHE
 
@@ -46,12 +46,16 @@ class AnswerToStore:
 
 
 def storable(completion: dict[str, Any]) -> bool:
-    """One plain text answer that ended normally: worth replaying."""
+    """One plain text answer that ended normally, in a shape the replay knows (a chat completion's message
+    without tool calls, a completion's text): worth replaying."""
     choices = completion.get("choices") or []
-    if len(choices) != 1:
+    if len(choices) != 1 or choices[0].get("finish_reason") not in ("stop", "length"):
         return False
-    message = choices[0].get("message") or {}
-    return not message.get("tool_calls") and choices[0].get("finish_reason") in ("stop", "length")
+    kind, choice = completion.get("object"), choices[0]
+    if kind == TEXT:
+        return isinstance(choice.get("text"), str)
+    message = choice.get("message")
+    return kind == CHAT and isinstance(message, dict) and not message.get("tool_calls")
 
 
 async def send_stored_answer(send: Send, completion: dict[str, Any], *, stream: bool, include_usage: bool,
