@@ -25,6 +25,7 @@ from starlette.types import Message, Receive, Scope, Send
 from uvicorn.protocols.utils import ClientDisconnected
 
 from policies.admission.refusals import InternalError, Refusal, Refused, Shed, ShuttingDown
+from policies.request.types import Rejection
 from proxy.admission.pool_gate import PoolGate
 from proxy.admission.request_admission import AdmissionHold
 from proxy.caches.answers import AnswerToStore
@@ -161,7 +162,7 @@ class UpstreamCall:
         answer = continuation.answer
         answer.long_leg()
         self.pool, self.out = continuation.long, continuation.leg(continuation.long, answer)
-        self.replan = lambda pool: (continuation.leg(pool, answer), None)
+        self.replan = lambda pool: (self._leg_for(continuation, pool), None)
         self.record.pool = self.pool.name
         refusal = await self._enter_or_overflow()
         if refusal is not None:
@@ -171,6 +172,14 @@ class UpstreamCall:
                             self.record, None, None, head_sent=self.out.stream)
         await exchange.run(send, watch)
         self.record.metrics.continued(self.pool.name, self.tenant, answer.seam_gap, answer.prefilled)
+
+    @staticmethod
+    def _leg_for(continuation: Continuation, pool: Pool) -> Outgoing:
+        """The long leg planned for ``pool``, the long pool's overflow; raises where that pool cannot continue an
+        answer (kind litellm), so the long pool's shed stands."""
+        if not pool.continues_answers:
+            raise Refused(Rejection(503, f"Pool '{pool.name}' cannot continue an answer.", code="cannot_continue"))
+        return continuation.leg(pool, continuation.answer)
 
     def _leave(self) -> None:
         """Give back the replica and the slot a leg held."""

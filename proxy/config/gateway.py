@@ -105,6 +105,7 @@ class Config(_Frozen):
         for pool in pools:
             if pool.overflow_to is not None and (pool.overflow_to not in names or pool.overflow_to == pool.name):
                 raise ValueError(f"pool '{pool.name}': overflow_to names no other pool ('{pool.overflow_to}')")
+        _check_continuation_layout(pools)
         return pools
 
     @model_validator(mode="after")
@@ -160,3 +161,24 @@ class Config(_Frozen):
     @property
     def wants_engine(self) -> bool:
         return self.engine.enabled if self.engine.enabled is not None else not self.pools
+
+
+def _check_continuation_layout(pools: list[PoolConfig]) -> None:
+    """A pool that starts answers short (``continue_long``) and the pool that would continue them are both engines'
+    (kind openai): a litellm pool neither reports the cut nor writes on from a partial answer. Which pool continues is
+    the first one that is not short among those serving the model, so each model the short pool may serve is checked
+    (a pool that lists no models may serve any; a litellm pool serves only those it lists)."""
+    for short in pools:
+        if short.output != "short" or not short.continue_long:
+            continue
+        if short.kind != "openai":
+            raise ValueError(f"pool '{short.name}': continue_long needs a pool of kind openai; a {short.kind} pool "
+                             "cannot cut an answer for another pool to continue")
+        models = set(short.models) or {m for pool in pools if pool.kind != "openai" for m in pool.models}
+        for model in sorted(models):
+            serving = [p for p in pools if model in p.models or (p.kind == "openai" and not p.models)]
+            long = next((p for p in serving if p.output != "short" and p is not short), None)
+            if long is not None and long.kind != "openai":
+                raise ValueError(f"pool '{short.name}' continues its cut answers to {model} in pool '{long.name}', "
+                                 f"which is of kind {long.kind} and cannot continue an answer; put a pool of kind "
+                                 "openai before it or turn continue_long off")

@@ -266,7 +266,9 @@ class Preparation:
         """The call planned again for the pool a shed request overflows to: the first pool's caps, usage
         flag and prompt placement are that pool's (a placement indexes its replicas), so none of them
         carries over; nor does the answer's place in the answer cache, keyed by the body as sent.
-        Raises the refusal of the overflow pool's caps."""
+        Raises the refusal of the overflow pool's caps, or of a pool that does not serve the request's API."""
+        if self.endpoint == "responses":
+            check_pool(pool)
         planned = self.plan(view, prompt, tenant, pool, headers)
         answer = self.answer_slot(planned.shaped, tenant)
         return self.outgoing(pool, view, tenant, prompt, planned), answer

@@ -35,6 +35,7 @@ class LitellmPool(Pool):
     config_model = LitellmPoolConfig
     counts_usage_itself = True
     serves_responses = False  # its calls are litellm's chat completions
+    continues_answers = False  # a provider neither reports the cut nor writes on from a partial answer
 
     def __init__(self, config: LitellmPoolConfig, transports: TransportFactory, clock: Clock = SYSTEM_CLOCK) -> None:
         super().__init__(config, transports, clock)  # litellm makes its own connections

@@ -192,3 +192,31 @@ def test_the_splits_recall_counts_only_the_answers_that_go_by_the_split(
         httpx.post(gateway + "/v1/chat/completions",
                    json=chat(fake_tokens=3, response_format={"type": "json_object"}))
     assert 0 < sample_sum(httpx.get(gateway + "/metrics").text, "prefixgate_length_short_recall", pool="short") < 1
+
+
+def test_a_continuation_the_long_pool_sheds_does_not_overflow_to_a_pool_that_cannot_continue_it(
+        pools: tuple[FakeServer, FakeServer], start_proxy: Callable[..., str]) -> None:
+    """The long pool overflows to a litellm pool, which cannot write on from a partial answer: a continuation
+    the long pool sheds ends with the shed's error event (the short leg's text already out), not a 500."""
+    short, long = pools
+    hosted = {"name": "hosted", "kind": "litellm", "models": ["fake-model"], "litellm_model": "openai/fake-model",
+              "api_base": "http://127.0.0.1:9/v1", "api_key": "unused"}
+    gateway = start_proxy({"pools": [pool("short", short.base_url, models=["fake-model"], output="short",
+                                          short_threshold=T, continue_long=True),
+                                     pool("long", long.base_url, models=["fake-model"], output="long",
+                                          max_in_flight=1, queue_size=0, overflow_to="hosted"), hosted]})
+    holding = chat(fake_tokens=1000, fake_delay_ms=20, stream=True)
+    with httpx.stream("POST", gateway + "/v1/chat/completions", json=holding,
+                      headers={"x-prefixgate-pool": "long"}) as held:
+        reading = held.iter_lines()  # kept: a generator dropped closes the stream
+        next(reading)  # the long pool's one slot is taken
+        with httpx.stream("POST", gateway + "/v1/chat/completions",
+                          json=chat(fake_tokens=20, stream=True)) as answer:
+            assert answer.status_code == 200
+            lines = [line[6:] for line in answer.iter_lines() if line.startswith("data: ")]
+    text = "".join((orjson.loads(line)["choices"] or [{}])[0].get("delta", {}).get("content") or ""
+                   for line in lines[:-1])
+    assert text == " tok" * T
+    assert orjson.loads(lines[-1])["error"]["code"] == "queue_full"
+    metrics = httpx.get(gateway + "/metrics").text
+    assert sample_sum(metrics, "prefixgate_pool_choices_total", pool="hosted") == 0

@@ -168,3 +168,22 @@ def test_a_model_of_ones_own_gets_only_the_parser_named_for_it(tmp_path: Path) -
     named = build_config({"engine": {"model_dir": str(tmp_path), "tool_call_parser": "hermes"}}, env={},
                          source="test").engine
     assert named.vllm_args() == ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+
+
+def test_continue_long_is_refused_where_a_litellm_pool_would_cut_or_continue_the_answer() -> None:
+    """A litellm pool neither reports the cut nor writes on from a partial answer: a layout that puts one on
+    either side of the seam is refused at load, naming both pools; one behind the long pool (its overflow) is not."""
+    short = {"name": "short", "replicas": ["http://s/v1"], "models": ["m"], "output": "short", "continue_long": True}
+    hosted = {"name": "hosted", "kind": "litellm", "models": ["m"], "litellm_model": "openai/m"}
+    long = {"name": "long", "replicas": ["http://l/v1"], "models": ["m"], "output": "long"}
+    with pytest.raises(ConfigError, match=r"pool 'short' continues its cut answers to m in pool 'hosted', which is "
+                                          r"of kind litellm"):
+        build_config({"pools": [short, hosted, long]}, env={}, source="test")
+    with pytest.raises(ConfigError, match=r"pool 'short' continues its cut answers to m in pool 'hosted'"):
+        build_config({"pools": [{**short, "models": []}, hosted]}, env={}, source="test")  # any model: m too
+    litellm_short = {**hosted, "name": "short", "output": "short", "continue_long": True}
+    with pytest.raises(ConfigError, match=r"pool 'short': continue_long needs a pool of kind openai"):
+        build_config({"pools": [litellm_short, long]}, env={}, source="test")
+    config = build_config({"pools": [short, {**long, "overflow_to": "hosted"}, hosted]}, env={}, source="test")
+    assert [pool.name for pool in config.pools] == ["short", "long", "hosted"]
+    assert build_config({"pools": [{**short, "models": ["other"]}, hosted, long]}, env={}, source="test")

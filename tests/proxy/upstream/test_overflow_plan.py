@@ -153,3 +153,21 @@ def test_an_answer_clamped_by_the_overflow_pool_is_not_replayed_for_the_request_
     last = upstreams.posts()[-1]
     assert last.url.startswith("http://a:8000") and orjson.loads(last.body)["max_tokens"] == 8
     assert repeat.headers.get("x-prefixgate-answer-cache") == "hit"  # the whole answer, stored under its own key
+
+
+def test_a_responses_request_is_not_overflowed_to_a_pool_that_does_not_serve_the_api(tmp_path: Path) -> None:
+    """A litellm pool answers chat completions only: a Responses request the first pool sheds keeps its 503
+    (Retry-After) rather than going to the provider as a body it cannot read (a 502 ``provider_error``)."""
+    config = {"pools": [pool("local", "http://a:8000/v1", models=["m"], max_in_flight=1, queue_size=0,
+                             overflow_to="hosted", **QUIET),
+                        {"name": "hosted", "kind": "litellm", "models": ["m"], "litellm_model": "openai/m",
+                         "api_base": "http://127.0.0.1:9/v1", "api_key": "unused"}]}
+    upstreams = MockUpstreams(_answer)
+    with in_memory_gateway(config, upstreams, FakeClock(), tmp_path) as client:
+        with _saturated(client, 1):
+            shed = client.post("/v1/responses", json={"model": "m", "input": "Where is my order?"})
+        metrics = client.get("/metrics").text
+    assert shed.status_code == 503 and "retry-after" in shed.headers, shed.text
+    assert shed.json()["error"]["code"] == "queue_full"
+    assert sample_sum(metrics, "prefixgate_shed_total", pool="local", reason="queue_full") == 1
+    assert sample_sum(metrics, "prefixgate_pool_choices_total", pool="hosted") == 0
