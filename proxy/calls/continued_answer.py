@@ -217,7 +217,7 @@ class ContinuedAnswer:
 
     def _joined(self, first: str, second: str, finish: object, matched: object) -> tuple[str, object]:
         if self.seam is not None:
-            tail = first[len(first) - self.seam.hold:] if self.seam.hold else ""
+            tail = first[max(0, len(first) - self.seam.hold):] if self.seam.hold else ""
             at = self.seam.find(tail, second)
             if at is None and finish == "stop":
                 at = self.seam.matched_by_engine(tail, second, matched)

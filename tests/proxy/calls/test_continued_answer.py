@@ -138,3 +138,27 @@ def test_a_cut_json_answer_is_joined_with_summed_usage() -> None:
     assert whole["id"] == "first" and whole["choices"][0]["message"]["content"] == "abcde"
     assert whole["choices"][0]["finish_reason"] == "stop" and used == (10, 5)
     assert whole["usage"] == {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+
+
+def _json_leg(ident: str, text: str, finish: str, completion: int) -> bytes:
+    return orjson.dumps({"id": ident, "object": "chat.completion", "created": 1, "model": "m", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": completion, "total_tokens": 10 + completion}})
+
+
+def test_a_stop_longer_than_the_short_legs_whole_text_is_found_across_the_seam_in_json_and_stream() -> None:
+    """The short leg's text ("abcd") is shorter than what a stop ("cdXYZW") makes it hold back: the stop that
+    begins in it and ends in the long leg still ends the answer there, as JSON and as a stream."""
+    answer = ContinuedAnswer(Cut(4, "max_tokens", None), "chat", client_usage=False, stops=("cdXYZW",))
+    assert asyncio.run(answer.whole(_json_leg("first", "abcd", "length", 4)))[0] is None
+    answer.long_leg()
+    joined, _ = asyncio.run(answer.whole(_json_leg("second", "XYZW and more", "length", 6)))
+    assert joined is not None
+    choice = orjson.loads(joined)["choices"][0]
+    assert (choice["message"]["content"], choice["finish_reason"]) == ("ab", "stop")
+
+    streamed = ContinuedAnswer(Cut(4, "max_tokens", None), "chat", client_usage=False, stops=("cdXYZW",))
+    first = event("ab") + event("cd", "length") + usage(10, 4, "first") + DONE
+    second = event("XYZW", ident="second") + event(" and more", "length", "second") + DONE
+    events, _ = run(streamed, first, second)
+    assert texts(events) == "ab" and finishes(events) == ["stop"]
