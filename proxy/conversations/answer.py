@@ -23,8 +23,11 @@ from proxy.conversations.store import ResponseStore
 
 log = logging.getLogger("prefixgate")
 
-_LAST_EVENTS = (b"event: response.completed", b"event: response.incomplete", b"event: response.failed")
+# An event's name starts its line; in an event's JSON data a newline is always escaped ("\\n"), so text that
+# quotes a marker never has one before it.
+_LAST_EVENTS = (b"\nevent: response.completed", b"\nevent: response.incomplete", b"\nevent: response.failed")
 _MARKER_SPAN = max(map(len, _LAST_EVENTS))
+_EVENT_END = b"\n\n"
 _NO_PREVIOUS = b'"previous_response_id":null'
 
 
@@ -45,7 +48,8 @@ class ResponsesAnswer:
 
     @property
     def ended(self) -> bool:
-        return self._final is not None
+        """The last event came whole: its name at a line's start, and its blank line."""
+        return self._final is not None and b"".join(self._final[-2:]).endswith(_EVENT_END)
 
     def relay(self, chunk: bytes) -> bytes:
         """A streamed chunk on its way out: watched for the last event, the previous id put back (a
@@ -62,7 +66,7 @@ class ResponsesAnswer:
             window = self._tail + chunk
             at = max(window.rfind(marker) for marker in _LAST_EVENTS)
             if at >= 0:
-                self._final = [window[at:]]
+                self._final = [window[at + 1:]]
             self._tail = window[-_MARKER_SPAN:]
         return chunk
 

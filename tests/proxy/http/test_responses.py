@@ -57,11 +57,12 @@ class Engine:
         # "event: response.co" | "mpleted\ndata: ..."), or with ``piece``, into pieces of that many bytes.
         self.cut = (b"event: ", 11)
         self.piece = 0
+        self.text: str | None = None  # the answer's text, in place of "Answer N."
 
     def response(self, request: dict[str, Any], status: str = "completed") -> dict[str, Any]:
         number = self.answered
         message = {"id": f"msg_{number}", "type": "message", "role": "assistant", "status": "completed",
-                   "content": [{"type": "output_text", "text": f"Answer {number}.", "annotations": []}]}
+                   "content": [{"type": "output_text", "text": self.text or f"Answer {number}.", "annotations": []}]}
         return {"id": f"resp_{number}", "created_at": 1764000000, "incomplete_details": None,
                 "instructions": request.get("instructions"), "metadata": None, "model": request["model"],
                 "object": "response", "output": [message] if status == "completed" else [],
@@ -82,7 +83,7 @@ class Engine:
         final = self.response(request)
         chunks = [_event("response.created", 0, response=self.response(request, "in_progress")),
                   _event("response.output_text.delta", 1, item_id=f"msg_{self.answered}", output_index=0,
-                         content_index=0, delta=f"Answer {self.answered}.")]
+                         content_index=0, delta=self.text or f"Answer {self.answered}.")]
         if self.last_event:
             last = _event("response.completed", 2, response=final)
             at = last.index(self.cut[0]) + self.cut[1]
@@ -217,6 +218,24 @@ def test_a_stream_that_ends_without_its_last_event_ends_with_an_error_event(
     name, data = _events(answer)[-1]
     assert name == "" and data["error"]["code"] == "upstream_broken", answer.content
     assert _get(client, "resp_1").status_code == 404  # an unfinished response is not kept
+
+
+@pytest.mark.parametrize("last_event", [True, False], ids=["whole", "cut after the text"])
+def test_an_answer_that_writes_the_end_marker_in_its_text_is_read_to_its_real_end(
+        client: TestClient, engine: Engine, last_event: bool) -> None:
+    """Text that quotes an SSE event (here the last one's name) is JSON inside a delta, not an event: the stream
+    ends at the real last event, whose response is kept; one cut before it ends with an error event."""
+    engine.text = 'A stream ends with "\nevent: response.completed\ndata: {}\n\n" in SSE.'
+    engine.last_event = last_event
+    answer = _create(client, stream=True)
+    assert answer.status_code == 200
+    if last_event:
+        assert _completed(answer)["output"][0]["content"][0]["text"] == engine.text
+        assert _get(client, "resp_1").json() == _completed(answer)
+    else:
+        name, data = _events(answer)[-1]
+        assert name == "" and data["error"]["code"] == "upstream_broken", answer.content
+        assert _get(client, "resp_1").status_code == 404
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
