@@ -46,12 +46,11 @@ class PoolGate:
             async with self.clock.deadline(self.clock() + self.timeout):
                 await asyncio.shield(slot)  # a timeout cancels the wait, not the slot a release may grant
         except TimeoutError:
-            if self.queue.remove(tenant, slot):
+            if self.queue.remove(tenant, slot) or not _granted(slot):  # still waiting, or displaced meanwhile
                 raise self._shed("queue_timeout") from None
             # the slot was granted as the wait ran out: keep it
         except BaseException:  # displaced, or the client left while waiting: give up the place or the slot
-            granted = slot.done() and not slot.cancelled() and slot.exception() is None
-            if not self.queue.remove(tenant, slot) and granted:
+            if not self.queue.remove(tenant, slot) and _granted(slot):
                 self.release()
             raise
 
@@ -65,3 +64,9 @@ class PoolGate:
             if not slot.done():
                 slot.set_result(None)  # in_flight stays: the slot passes to the waiter
                 return
+
+
+def _granted(slot: asyncio.Future[None]) -> bool:
+    """A release gave this waiter the slot; not so if it was displaced (the future holds its shed, read here so
+    it is not reported as never retrieved) or never settled."""
+    return slot.done() and not slot.cancelled() and slot.exception() is None

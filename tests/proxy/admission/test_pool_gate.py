@@ -10,7 +10,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.clock import ClockedEngine, FakeClock, meanwhile, settled
+from policies.admission.refusals import Refused, Shed
+from proxy.admission.pool_gate import PoolGate
+from tests.support.clock import ClockedEngine, FakeClock, meanwhile, settle, settled
 from tests.support.configs import pool
 from tests.support.fake_server import FakeServer
 from tests.support.in_memory import in_memory_gateway
@@ -136,3 +138,30 @@ def test_a_client_that_leaves_the_queue_frees_its_place(fake: FakeServer, start_
     assert sample_sum(load, "prefixgate_replica_in_flight", pool="p") == 1
     assert sample_sum(load, "prefixgate_pool_queued", pool="p") == 1
     assert sample_sum(load, "prefixgate_replica_healthy", pool="p") == 1
+
+
+async def test_a_waiter_displaced_as_its_wait_runs_out_is_shed_and_leaves_no_phantom_slot() -> None:
+    """Two waiters of one tenant fill the queue; as their wait runs out, another tenant, under its share, takes
+    the newest one's place in the same turn of the loop. That waiter is shed (it was not granted a slot), and
+    once every slot is given back the pool counts none in flight: it admits no more than its cap."""
+    clock = FakeClock()
+    gate = PoolGate("p", capacity=1, queue_size=2, timeout=20, clock=clock)
+    await gate.acquire("a")  # the one slot
+    first, newest = (asyncio.ensure_future(gate.acquire("a")) for _ in range(2))
+    await settle()
+    assert gate.queue.size == 2
+    clock.advance(20)  # both waits run out: their tasks are woken to time out ...
+    other = asyncio.ensure_future(gate.acquire("b"))  # ... after b displaces the newest, in the same turn
+    await settle()
+    outcomes = await asyncio.gather(first, newest, return_exceptions=True)
+    assert all(isinstance(outcome, Refused) and isinstance(outcome.refusal, Shed) for outcome in outcomes), outcomes
+    gate.release()  # the holder's slot goes to b
+    await other
+    gate.release()
+    assert gate.in_flight == 0 and gate.queue.size == 0
+    waiting = [asyncio.ensure_future(gate.acquire("c")) for _ in range(3)]  # the cap holds: one in, two wait
+    await settle()
+    assert gate.in_flight == 1 and gate.queue.size == 2
+    for task in waiting:
+        task.cancel()
+    await asyncio.gather(*waiting, return_exceptions=True)
