@@ -32,6 +32,8 @@ def check_input_limits(endpoint: Endpoint, raw: bytes, body: Any, limits: InputL
         return None  # validation names what is wrong with it
     if endpoint == "chat":
         return _check_messages(body.get("messages"), limits)
+    if endpoint == "responses":
+        return _check_responses(body, limits)
     field = "prompt" if endpoint == "completions" else "input"
     return _check_prompts(field, body.get(field), limits)
 
@@ -75,6 +77,34 @@ def _check_prompts(field: str, value: Any, limits: InputLimits) -> Rejection | N
     for index, item in enumerate(value):
         if isinstance(item, str) and len(item) > limits.max_content_chars:
             return _too_long(f"{field}[{index}]", len(item), limits)
+    return None
+
+
+# The text an item of a Responses ``input`` carries to the engine: a message's content (a string or parts), a tool
+# call's arguments, a tool's output (a string, or parts in newer clients).
+_ITEM_TEXT_FIELDS = ("content", "arguments", "output")
+
+
+def _check_responses(body: dict[str, Any], limits: InputLimits) -> Rejection | None:
+    """The Responses API by chat's measures: its input items count as messages, and ``instructions`` and each
+    item's text (wherever the item carries it) as a message's content."""
+    instructions = body.get("instructions")
+    if isinstance(instructions, str) and len(instructions) > limits.max_content_chars:
+        return _too_long("instructions", len(instructions), limits)
+    items = body.get("input")
+    if not isinstance(items, list):
+        return _check_prompts("input", items, limits)
+    if len(items) > limits.max_messages:  # a conversation's items, as chat's messages
+        return Rejection(400, f"'input' has {len(items)} items; at most {limits.max_messages} are accepted "
+                              "(server.max_messages).", param="input", code="too_many_messages")
+    for index, item in enumerate(items):
+        if isinstance(item, str) and len(item) > limits.max_content_chars:
+            return _too_long(f"input[{index}]", len(item), limits)
+        if isinstance(item, dict):
+            for name in _ITEM_TEXT_FIELDS:
+                size = _text_chars(item.get(name))
+                if size > limits.max_content_chars:
+                    return _too_long(f"input[{index}].{name}", size, limits)
     return None
 
 

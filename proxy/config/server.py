@@ -66,10 +66,11 @@ class ServerConfig(_Frozen):
     max_json_depth: int = Field(64, ge=4)
     """request bodies whose JSON nests deeper get 400 `json_too_deep`"""
     max_messages: int = Field(2048, ge=1)
-    """chat requests with more messages get 400 `too_many_messages`"""
+    """chat requests with more messages, and Responses requests with more input items, get 400 `too_many_messages`"""
     max_content_chars: int = Field(1_000_000, ge=1)
     """a message's text (its string, or its text parts together), a prompt or an embeddings input longer than this
-    many characters gets 400 `content_too_long`"""
+    many characters gets 400 `content_too_long`; so does a Responses request's `instructions`, or an input item's
+    text, a tool call's arguments or a tool's output"""
     max_inputs: int = Field(2048, ge=1)
     """completions prompts or embeddings inputs per request; more get 400 `too_many_inputs`"""
     http_client: Literal["aiohttp", "httpx"] = "aiohttp"

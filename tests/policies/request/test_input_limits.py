@@ -67,3 +67,31 @@ def test_odd_shapes_are_left_to_validation() -> None:
     assert _check("chat", {"model": "m", "messages": "not a list"}) is None
     assert _check("chat", {"model": "m", "messages": [3, None, {"content": 5}]}) is None
     assert _check("embeddings", {"model": "m", "input": 42}) is None
+
+
+def test_responses_text_is_measured_as_chats_wherever_it_is() -> None:
+    """A message item (a string or parts), ``instructions``, a tool's output and a call's arguments: the same
+    text that chat refuses is refused here, naming where it is."""
+    long, fine = "x" * 11, "0123456789"
+    for body, param in (
+            ({"input": long}, "input"),
+            ({"input": [long]}, "input[0]"),
+            ({"input": [{"role": "user", "content": long}]}, "input[0].content"),
+            ({"input": [{"role": "user", "content": [{"type": "input_text", "text": "x" * 6},
+                                                     {"type": "input_text", "text": "y" * 5}]}]}, "input[0].content"),
+            ({"input": fine, "instructions": long}, "instructions"),
+            ({"input": [{"role": "user", "content": fine},
+                        {"type": "function_call_output", "call_id": "c", "output": long}]}, "input[1].output"),
+            ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": long}]},
+             "input[0].arguments")):
+        refused = _check("responses", {"model": "m", **body})
+        assert refused is not None and refused.code == "content_too_long", body
+        assert refused.param == param and "server.max_content_chars" in refused.message
+    within = {"model": "m", "instructions": fine, "input": [
+        {"role": "user", "content": [{"type": "input_text", "text": fine}]},
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": fine},
+        {"type": "function_call_output", "call_id": "c", "output": fine}]}
+    assert _check("responses", within) is None
+    refused = _check("responses", {"model": "m", "input": [{"role": "user", "content": "x"}] * 4})
+    assert refused is not None and refused.param == "input" and refused.code == "too_many_messages"
+    assert "server.max_messages" in refused.message
