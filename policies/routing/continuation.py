@@ -78,9 +78,22 @@ def cut_of(body: dict[str, Any], threshold: int, fields: tuple[str, ...]) -> Cut
     return Cut(threshold, field, allowed)
 
 
+def bounded_by(cut: Cut, long_allows: int | None) -> Cut:
+    """The cut where the long pool allows fewer tokens than the client asked (its caps clamped the request):
+    the whole answer ends within them, so the short leg too, and the long leg writes no more than is left."""
+    if long_allows is None or (cut.allowed is not None and cut.allowed <= long_allows):
+        return cut
+    return Cut(min(cut.at, long_allows), cut.field, long_allows)
+
+
 def cut_body(body: dict[str, Any], cut: Cut) -> dict[str, Any]:
-    """The short leg's body: the output capped at the threshold."""
-    return {**body, cut.field: cut.at}
+    """The short leg's body: the output capped at the threshold, and a ``min_tokens`` above it lowered to it
+    (vLLM refuses a minimum above the maximum; the long leg asks for the rest)."""
+    shaped = {**body, cut.field: cut.at}
+    minimum = body.get("min_tokens")
+    if isinstance(minimum, int) and minimum > cut.at:
+        shaped["min_tokens"] = cut.at
+    return shaped
 
 
 def continues(cut: Cut, finish_reason: object, produced: int) -> bool:

@@ -245,7 +245,8 @@ class Preparation:
         if planned is not None and pool.overflow is not None:  # embeddings' calls are the same in any pool
             replan = partial(self.replan, view, tenant, prompt, headers)
         continuation = starts_short(self.gateway.upstreams, self.endpoint, pool, view, prompt, planned, out,
-                                    partial(self.long_leg, view, tenant, prompt, headers)) \
+                                    partial(self.long_leg, view, tenant, prompt, headers),
+                                    lambda long: self.plan(view, prompt, tenant, long, headers)) \
             if planned is not None and self.gateway.upstreams.continues and self.reason not in ("named", "merged") \
             else None
         answer = answer if continuation is None else None  # a cut answer is not stored for exact repeats

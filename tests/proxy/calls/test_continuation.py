@@ -220,3 +220,52 @@ def test_a_continuation_the_long_pool_sheds_does_not_overflow_to_a_pool_that_can
     assert orjson.loads(lines[-1])["error"]["code"] == "queue_full"
     metrics = httpx.get(gateway + "/metrics").text
     assert sample_sum(metrics, "prefixgate_pool_choices_total", pool="hosted") == 0
+
+
+def _capped_long(pools: tuple[FakeServer, FakeServer], start_proxy: Callable[..., str], limit: int,
+                 action: str) -> str:
+    short, long = pools
+    return start_proxy({"pools": [pool("short", short.base_url, models=["fake-model"], output="short",
+                                       short_threshold=T, continue_long=True),
+                                  pool("long", long.base_url, models=["fake-model"], output="long",
+                                       max_tokens_limit=limit)],
+                        "limits": {"max_tokens_action": action}})
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_request_the_long_pools_caps_refuse_is_refused_before_the_short_engine_works(
+        pools: tuple[FakeServer, FakeServer], start_proxy: Callable[..., str], stream: bool) -> None:
+    """As when it is named to the long pool: a 400 naming the pool's limit, no short leg run first."""
+    short, long = pools
+    gateway = _capped_long(pools, start_proxy, 6, "reject")
+    answer = httpx.post(gateway + "/v1/chat/completions", json=chat(fake_tokens=30, max_tokens=10, stream=stream))
+    assert answer.status_code == 400, answer.text
+    assert "pool 'long'.max_tokens" in answer.json()["error"]["message"]
+    named = httpx.post(gateway + "/v1/chat/completions", json=chat(fake_tokens=30, max_tokens=10),
+                       headers={"x-prefixgate-pool": "long"})
+    assert named.status_code == 400 and named.json()["error"]["code"] == answer.json()["error"]["code"]
+    assert short.app.stats.requests == 0 and long.app.stats.requests == 0
+
+
+def test_the_long_pools_clamp_bounds_the_whole_answer(pools: tuple[FakeServer, FakeServer],
+                                                      start_proxy: Callable[..., str]) -> None:
+    short, long = pools
+    gateway = _capped_long(pools, start_proxy, 12, "clamp")
+    answer = httpx.post(gateway + "/v1/chat/completions", json=chat(fake_tokens=30, max_tokens=20)).json()
+    assert answer["usage"]["completion_tokens"] == 12 and answer["choices"][0]["finish_reason"] == "length"
+    assert long.app.stats.last_body is not None and long.app.stats.last_body["max_tokens"] == 12 - T
+    gateway = _capped_long(pools, start_proxy, 6, "clamp")  # below the cut: the short leg ends it
+    before = long.app.stats.requests
+    answer = httpx.post(gateway + "/v1/chat/completions", json=chat(fake_tokens=30, max_tokens=10)).json()
+    assert answer["usage"]["completion_tokens"] == 6 and long.app.stats.requests == before
+    assert short.app.stats.last_body is not None and short.app.stats.last_body["max_tokens"] == 6
+
+
+def test_a_min_tokens_above_the_cut_is_split_across_the_legs(pools: tuple[FakeServer, FakeServer],
+                                                              gateway: str) -> None:
+    short, long = pools
+    answer = httpx.post(gateway + "/v1/chat/completions", json=chat(fake_tokens=30, max_tokens=20, min_tokens=12))
+    assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 20
+    assert short.app.stats.last_body is not None and long.app.stats.last_body is not None
+    assert (short.app.stats.last_body["max_tokens"], short.app.stats.last_body["min_tokens"]) == (T, T)
+    assert (long.app.stats.last_body["max_tokens"], long.app.stats.last_body["min_tokens"]) == (20 - T, 12 - T)
