@@ -8,9 +8,12 @@ partial answer to the long pool, which writes the rest (vLLM's ``continue_final_
 prompt plus the partial text for completions). A misplaced long answer then costs one extra prefill of its
 prompt and T tokens, not a short pool held for the whole answer.
 
-What may be cut: plain text only (``continuable``). A grammar (tools, ``response_format``, guided
-decoding) restarted mid-answer would not be the same grammar's state, and ``n``, ``best_of``, ``logprobs``
-and ``echo`` describe one generation. Those go by prediction, as without continuation.
+What may be cut: plain text only (``continuable``), sampled token by token from the text so far, so that the
+long leg draws each token as the one engine would have. A grammar (tools, ``response_format``, guided
+decoding) restarted mid-answer would not be the same grammar's state; ``n``, ``best_of``, ``logprobs`` and
+``echo`` describe one generation; a ``seed`` names one random sequence, which a second engine would start
+over; ``presence_penalty`` and ``frequency_penalty`` count the tokens the answer wrote, which the long leg's
+engine reads as prompt. Those go by prediction, as without continuation.
 
 The engine that continues checks stop sequences only in what it writes, so one that starts in the short
 leg's last characters and ends in the long leg's is found here (``SeamStop``): the short leg's last
@@ -26,7 +29,10 @@ from policies.admission.token_caps import requested_output
 from policies.request.types import OUTPUT_FIELDS, Endpoint
 
 GUIDED_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
-ONE_GENERATION_FIELDS = ("logprobs", "top_logprobs", "echo", "prompt_logprobs", "suffix")
+ONE_GENERATION_FIELDS = ("logprobs", "top_logprobs", "echo", "prompt_logprobs", "suffix", "seed")
+# Penalties on what the answer itself has written: the long leg's engine reads the short leg's text as prompt, so
+# it would not count those tokens (vLLM's repetition_penalty counts prompt and output alike, and keeps its meaning).
+OUTPUT_PENALTIES = ("presence_penalty", "frequency_penalty")
 
 
 def continuable(body: dict[str, Any], endpoint: str) -> bool:
@@ -49,6 +55,8 @@ def continuable(body: dict[str, Any], endpoint: str) -> bool:
     if any(body.get(name) is not None and body.get(name) is not False for name in ONE_GENERATION_FIELDS):
         return False
     if any(body.get(name) is not None for name in GUIDED_FIELDS):
+        return False
+    if any(body.get(name) not in (None, 0) for name in OUTPUT_PENALTIES):
         return False
     return body.get("n") in (None, 1) and body.get("best_of") in (None, 1)
 

@@ -53,8 +53,9 @@ class BasePoolConfig(_Frozen):
     pool (docs/benchmarks.md). `prefixgate_length_short_recall` and `prefixgate_length_split` show the state.
     0: always split. With `continue_long` it applies only to the requests that may not be cut"""
     continue_long: bool = False
-    """with `output: short`: start short, continue long. A plain-text answer (no tools, `response_format`, guided
-    decoding, `n` > 1, `logprobs`, `echo` or `best_of`) starts in this pool with its output capped at
+    """with `output: short`: start short, continue long (both pools of kind openai). A plain-text answer (no tools,
+    `response_format`, guided decoding, `n` > 1, `logprobs`, `echo`, `best_of`, `seed`, presence or frequency
+    penalty) starts in this pool with its output capped at
     `short_threshold`, unless its template's history says a short answer is unlikely (`long_when_short_below`);
     when this pool's engine stops it there and the client allowed more, the long pool writes the rest
     (`continue_final_message`) and the client sees one answer: one id, no text lost or repeated, summed usage,

@@ -35,6 +35,11 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     ({"top_logprobs": 2}, False),
     ({"best_of": 3}, False),
     ({"continue_final_message": True}, False),
+    ({"seed": 7}, False),
+    ({"presence_penalty": 0.5}, False),
+    ({"frequency_penalty": -0.2}, False),
+    ({"presence_penalty": 0, "frequency_penalty": 0.0}, True),
+    ({"repetition_penalty": 1.1, "temperature": 0.7, "top_p": 0.9, "logit_bias": {"5": 1}}, True),
 ])
 def test_only_plain_text_with_one_choice_may_be_cut(fields: dict, expected: bool) -> None:
     assert continuable({**CHAT, **fields}, "chat") is expected
