@@ -56,8 +56,9 @@ def continued(body: dict[str, Any], previous: StoredResponse) -> dict[str, Any]:
 def rewrite_responses(body: dict[str, Any], policy: PromptPolicy, history: int = 0) -> Rewrite:
     """``rewrite_chat`` over ``instructions`` and the input items after the first ``history`` (a
     continued conversation's earlier turns, already as the engine saw them, are left alone): canonical
-    system text, volatile spans moved to the note on the last user input, the tenant's templates.
-    A string input stays a string unless the note needs an item of its own."""
+    system text, volatile spans moved to the note on the last user input (a tool loop's turn, which has none,
+    ends its tool output with it: ``_note_at_the_end``), the tenant's templates. A string input stays a string
+    unless the note needs an item of its own."""
     instructions = body.get("instructions")
     head = [{"role": "system", "content": instructions}] if isinstance(instructions, str) and instructions else []
     value = body["input"]
@@ -70,12 +71,27 @@ def rewrite_responses(body: dict[str, Any], policy: PromptPolicy, history: int =
         return Rewrite(body, False, rewrite.detected, rewrite.moved, rewrite.templated)
     new_body = {**body, **({"tools": rewrite.body["tools"]} if "tools" in chat else {})}
     messages = rewrite.body["messages"]
+    if policy.note == "last_user" and len(messages) > len(chat["messages"]):  # no user input: a note of its own
+        messages = [*messages[:-1]]
+        _note_at_the_end(messages, len(head), rewrite.body["messages"][-1]["content"])
     if head:
         new_body["instructions"] = messages[0]["content"]
     new_input = [*items[:history], *messages[len(head):]]
     single = isinstance(value, str) and len(new_input) == 1 and isinstance(new_input[0].get("content"), str)
     new_body["input"] = new_input[0]["content"] if single else new_input
     return Rewrite(new_body, True, rewrite.detected, rewrite.moved, rewrite.templated)
+
+
+def _note_at_the_end(messages: list[Any], first: int, note: str) -> None:
+    """A turn without user input (a tool loop's: the tool's output, then the model's next call) gets the note at
+    its end without a system message after the conversation began, which templates that keep strict turns refuse:
+    appended to the last tool output of the turn, else as a user message of its own."""
+    for index in range(len(messages) - 1, first - 1, -1):
+        item = messages[index]
+        if isinstance(item, dict) and item.get("type") == "function_call_output" and isinstance(item.get("output"), str):
+            messages[index] = {**item, "output": f"{item['output']}\n\n{note}"}
+            return
+    messages.append({"role": "user", "content": note})
 
 
 def with_input_messages(body: dict[str, Any], messages: list[Any], history: int = 0) -> dict[str, Any]:

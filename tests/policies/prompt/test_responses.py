@@ -287,3 +287,48 @@ def test_valid_responses_bodies_pass(body: dict[str, Any]) -> None:
     assert isinstance(view, RequestView), view
     assert view.endpoint == "responses" and view.model == "m"
     assert view.stream is (body.get("stream") is True) and view.include_usage is False
+
+
+# A chat template that keeps strict turns (as Llama 2's and Mistral's first ones do): a system message only first,
+# and after it user turns, each answered (a tool result counts as the user's side).
+STRICT_TEMPLATE = """
+{%- set turns = messages[1:] if messages[0]['role'] == 'system' else messages -%}
+{%- for message in turns -%}
+  {%- if message['role'] == 'system' -%}{{ raise_exception('a system message after the conversation began') }}
+  {%- endif -%}
+  {%- set theirs = message['role'] in ('user', 'tool') -%}
+  {%- if theirs != (loop.index0 % 2 == 0) -%}{{ raise_exception('roles must alternate') }}{%- endif -%}
+  [{{ message['role'] }}] {{ message['content'] }}
+{% endfor -%}
+"""
+
+
+def _render_strictly(body: dict[str, Any]) -> str:
+    from jinja2 import Environment
+
+    def raise_exception(message: str) -> None:
+        raise ValueError(message)
+
+    template = Environment().from_string(STRICT_TEMPLATE)
+    return template.render(messages=responses_messages(body)["messages"], raise_exception=raise_exception)
+
+
+def test_a_tool_loop_turns_note_ends_the_tool_output_not_a_system_message_after_it() -> None:
+    """A continued turn whose input is only a tool's output has no user message for the note: it ends that output,
+    so the conversation still renders with templates that allow a system message only first, and the item kept
+    for the next turn is the one the engine saw. Sent whole, the conversation's last user message takes it."""
+    call = {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": '{"q": "x"}'}
+    result = {"type": "function_call_output", "call_id": "c1", "output": "42"}
+    items = [user("Look it up."), call, result]
+    rewrite = rewrite_responses(responses(input=items), PromptPolicy(), history=2)
+    sent = rewrite.body["input"]
+    assert sent[:2] == items[:2] and sent[2:] == [{**result, "output": f"42\n\n{NOTE}"}]
+    assert rewrite.body["instructions"] == CANONICAL
+    assert _render_strictly(rewrite.body).rstrip().endswith(NOTE)
+    with pytest.raises(ValueError, match="system message after"):  # what a trailing system note did
+        _render_strictly({**rewrite.body, "input": [*items, {"role": "system", "content": NOTE}]})
+    whole = rewrite_responses(responses(input=items), PromptPolicy())
+    assert whole.body["input"][0]["content"][-1]["text"] == NOTE and whole.body["input"][1:] == items[1:]
+    assert _render_strictly(whole.body)
+    no_output = rewrite_responses(responses(input=[user("Hi."), assistant("Hello.")]), PromptPolicy(), 1)
+    assert no_output.body["input"][-1] == {"role": "user", "content": NOTE}
