@@ -192,3 +192,32 @@ def test_a_held_list_counts_the_replicas_of_the_pool_that_picks() -> None:
         with pytest.raises(ValueError, match=f"held counts {len(held)} replicas, the ring has {ring.size}"):
             pick_replica([0] * ring.size, [True] * ring.size, key=KEY, ring=ring, bound=1.25, home_slack=0,
                          warm=0, start=0, held=held)
+
+
+def test_a_prompt_only_a_far_fuller_engine_holds_moves_once_to_the_emptier_of_its_ring_pair() -> None:
+    """Two engines, one restarted with an empty cache: the other holds every prompt. A prompt held there alone
+    moves to the restarted one (one cold prefill) while that one holds under 3/4 as many blocks and is no busier;
+    once held twice, once the footprints are within the margin, or unless the holder is the busier, the holder
+    keeps it."""
+    ring = HashRing(["http://r0/v1", "http://r1/v1"])
+
+    def pick(held: list[int], footprint: list[int | None], loads: list[int]) -> tuple[int, str] | None:
+        return pick_replica(loads, [True, True], key=KEY, ring=ring, bound=1.25, home_slack=1, warm=0, start=0,
+                            held=held, footprint=footprint, held_bound=3.0)
+
+    for holder in (0, 1):
+        back = 1 - holder
+        held, footprint = [0, 0], [0, 0]
+        held[holder], footprint[holder] = 6, 900
+        busy = [0, 0]
+        busy[holder] = 2  # the holder serves every request
+        assert pick(held, footprint, busy) == (back, "rehomed")  # the restarted engine holds nothing yet
+        assert pick(held, footprint, [1, 1]) == (holder, "held")  # as busy: the cached prompt is worth more
+        footprint[back] = 700  # within the margin: prompts stay where they are held
+        assert pick(held, footprint, busy) == (holder, "held")
+        footprint[back] = 100
+        held[back] = 6  # moved before: held twice, load decides between equal holders
+        assert pick(held, footprint, busy) == (back, "held")
+        footprint[back] = None  # its engine has reported nothing: no move on a guess
+        held[back] = 0
+        assert pick(held, footprint, busy) == (holder, "held")
