@@ -38,6 +38,7 @@ from tests.bench.soak_stack import Stack, running_stack
 from tests.bench.soak_traffic import Outcome, drive
 
 KILL_ENGINE_AT = 0.4  # of the run
+LAST_QUARTER_AT = 0.75  # of the run: each engine's finished requests are read here and at the end
 SERVING_WAIT_S = 30.0  # after it, how long the kill may wait for engine 0 to be serving a request
 SAMPLE_EVERY_S = 2.0
 
@@ -65,6 +66,7 @@ class Run:
     outcomes: list[Outcome] = field(default_factory=list)
     samples: Samples = field(default_factory=Samples)
     fault: dict[str, Any] = field(default_factory=dict)  # killed_at, restarted_at, healthy_at, what it was doing
+    quarter: dict[str, Any] = field(default_factory=dict)  # each engine's finished requests at LAST_QUARTER_AT
     after: dict[str, Any] = field(default_factory=dict)  # the gateway's and engines' metrics once traffic ended
     versions: dict[str, str] = field(default_factory=dict)
 
@@ -95,6 +97,20 @@ async def kill_one_engine(stack: Stack, started: float, at: float, fault: dict[s
     fault["healthy_at"] = round(time.monotonic() - started, 3)
 
 
+async def finished_at(stack: Stack, started: float, at: float, quarter: dict[str, Any]) -> None:
+    """Each engine's finished requests ``at`` seconds into the run: with those at the end, the last quarter's."""
+    await asyncio.sleep(max(0.0, at - (time.monotonic() - started)))
+    async with httpx.AsyncClient(timeout=5) as client:
+        pages = []
+        for engine in stack.engines:
+            try:
+                pages.append((await client.get(engine.origin + "/metrics")).text)
+            except httpx.HTTPError:
+                pages.append("")
+    quarter["at"] = round(time.monotonic() - started, 3)
+    quarter["finished"] = [sum(by_label(page, "vllm:request_success_total", "").values()) for page in pages]
+
+
 async def ingest_while_serving(ingests: Ingests, schedule: Schedule, started: float) -> None:
     tasks = []
     for at, kind in schedule.ingests():
@@ -107,7 +123,8 @@ async def exercise(stack: Stack, ingests: Ingests, schedule: Schedule) -> Run:
     run, started = Run(), ingests.started
     sampler = asyncio.create_task(run.samples.every(SAMPLE_EVERY_S, started, stack.processes))
     chores = [asyncio.create_task(ingest_while_serving(ingests, schedule, started)),
-              asyncio.create_task(kill_one_engine(stack, started, schedule.seconds * KILL_ENGINE_AT, run.fault))]
+              asyncio.create_task(kill_one_engine(stack, started, schedule.seconds * KILL_ENGINE_AT, run.fault)),
+              asyncio.create_task(finished_at(stack, started, schedule.seconds * LAST_QUARTER_AT, run.quarter))]
     try:
         await drive(stack.origin, started, schedule.seconds, schedule.rate, run.outcomes)
         await asyncio.gather(*chores)

@@ -102,6 +102,26 @@ def after_traffic(after: dict[str, Any]) -> dict[str, Any]:
             "engines_finished": [by_label(text, "vllm:request_success_total", "finished_reason") for text in engines]}
 
 
+BALANCE_TARGET = 0.25  # in the last quarter, the engines' finished requests differ by at most this share of the larger
+
+
+def last_quarter(after: dict[str, Any], quarter: dict[str, Any]) -> list[float] | None:
+    """Requests each engine finished in the run's last quarter (the restarted one's counter began at its restart,
+    before it); None where the reading three quarters in is missing."""
+    before = quarter.get("finished")
+    if not before:
+        return None
+    end = [sum(by_label(text, "vllm:request_success_total", "").values()) for text in after.get("engine_metrics", [])]
+    return [e - b for e, b in zip(end, before, strict=True)]
+
+
+def balanced(after: dict[str, Any], quarter: dict[str, Any]) -> bool:
+    counts = last_quarter(after, quarter)
+    if not counts or max(counts) <= 0:
+        return False
+    return (max(counts) - min(counts)) / max(counts) <= BALANCE_TARGET
+
+
 def spans(seconds: float, fault: dict[str, Any]) -> dict[str, tuple[float, float]]:
     """Where memory is compared: after warm-up (before the engine is killed), once the restarted engine has
     been serving for 30 s, and at the end; a tenth of the run each."""
@@ -129,6 +149,7 @@ def judge(run: Run, ingests: list[Ingest], store: dict[str, Any], seconds: float
     return {
         "seconds": seconds, "rate": rate, "fault": run.fault, "versions": run.versions, **requests,
         "after": after_traffic(run.after),
+        "last_quarter": last_quarter(run.after, run.quarter),
         "ingests": {**store, "runs": [{"batch": i.batch, "kind": i.kind, "documents": len(i.words),
                                        "started": i.started, "ended": i.ended, "returncode": i.returncode,
                                        "midway": i.midway} for i in ingests]},
@@ -136,7 +157,8 @@ def judge(run: Run, ingests: list[Ingest], store: dict[str, Any], seconds: float
         "verdicts": {"no_request_lost_but_the_killed_engines": requests["lost"] == 0,
                      "no_ingest_lost_or_half_visible": not (store["lost"] or store["killed_visible"]
                                                             or store["killed_not_midway"] or store["failed"]),
-                     "no_unbounded_growth": growth(processes)},
+                     "no_unbounded_growth": growth(processes),
+                     "engines_within_25_percent_in_the_last_quarter": balanced(run.after, run.quarter)},
         "samples": {role: [[r.at, r.rss_mb, r.fds] for r in readings]
                     for role, readings in run.samples.by_role.items()},
     }
@@ -153,7 +175,7 @@ def table(results: dict[str, Any], command: str) -> str:
         lines.append(f"| {kind} | {row['sent']} | {row['answered']} | {row['killed engine']} | {row['lost']} | "
                      f"{statuses} | {row['p50_s']} / {row['p95_s']} |")
     lines += ["", _request_line(results)]
-    lines += ["", _ingest_line(results["ingests"]), "", _after_line(results["after"]), ""]
+    lines += ["", _ingest_line(results["ingests"]), "", _after_line(results["after"]), "", _balance_line(results), ""]
     return "\n".join(lines + _process_lines(results))
 
 
@@ -224,6 +246,15 @@ def _after_line(after: dict[str, Any]) -> str:
             f"errors by kind: {_causes({k: int(v) for k, v in after['upstream_errors'].items()})}; retries: "
             f"{after['upstream_retries']:g}; retrievals that failed: {after['retrieval_failures']:g}; Redis calls that "
             f"failed (the in-process tier answered meanwhile): {after['shared_cache'].get('error', 0):g}.")
+
+
+def _balance_line(results: dict[str, Any]) -> str:
+    counts = results.get("last_quarter")
+    if not counts:
+        return "Engines' shares in the last quarter: not read."
+    verdict = "yes" if results["verdicts"]["engines_within_25_percent_in_the_last_quarter"] else "NO"
+    return (f"Requests each engine finished in the last quarter of the run (engine 0 restarted): "
+            f"{' and '.join(f'{n:g}' for n in counts)}. **Within {BALANCE_TARGET:.0%} of each other: {verdict}.**")
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
