@@ -89,13 +89,18 @@ class EdgeStore(VectorStore):
 
     # -- opening generations (in the engine's thread, or a side thread for loads) --
 
-    def reading(self, collection: str) -> Generation | None:
-        """The generation a read uses: this process's own ingest under way, else the published one."""
+    def reading(self, collection: str, *, copy: bool = True) -> Generation | None:
+        """The generation a read uses: this process's own ingest under way, else the published one. With
+        ``copy`` false (a search, on a request's path) a collection this process holds no copy of yet reads as
+        missing rather than being copied there and then: ``versions`` (polled) and the end of an ingest open
+        copies off that path."""
         writer = self._writers.get(collection)
         if writer is not None:
             return writer.generation
         reader = self._readers.get(collection)
         if reader is None:
+            if not copy:
+                return None
             reader = open_copy(self._generations(collection))
             if reader is None:
                 return None
@@ -131,6 +136,13 @@ class EdgeStore(VectorStore):
             await self.run(self._publish, collection)
         finally:
             lock.__exit__(None, None, None)
+        await self._open_reader(collection)  # this process's searches read what it published, copied here
+
+    async def _open_reader(self, collection: str) -> None:
+        """Copy the published generation (in a side thread: seconds for a big collection) and read it from now on."""
+        fresh = await asyncio.to_thread(open_copy, self._generations(collection))
+        if fresh is not None:
+            await self.run(self._swap, collection, fresh)
 
     def _open_for_writing(self, path: Path, collection: str) -> Generation:
         if not (path / MANIFEST).is_file():
@@ -160,7 +172,7 @@ class EdgeStore(VectorStore):
         generation.manifest["versions"].update({tenant: version for tenant in writer.tenants})
         (generation.path / MANIFEST).write_text(json.dumps(generation.manifest))
         writer.generations.publish(generation.path)  # closed above: from here on no engine opens it
-        old = self._readers.pop(collection, None)  # this process's next read copies what it just published
+        old = self._readers.pop(collection, None)  # ``writing`` opens a copy of what it just published
         if old is not None:
             old.close()
 
@@ -218,7 +230,7 @@ class EdgeStore(VectorStore):
     # -- searching --
 
     def _search_collection(self, collection: str, queries: list[SearchQuery]) -> list[list[Chunk] | Exception]:
-        generation = self.reading(collection)
+        generation = self.reading(collection, copy=False)
         if generation is None:
             return [MissingCollection(collection) for _ in queries]
         requests = [search_request(query, self.words) for query in queries]
@@ -273,14 +285,13 @@ class EdgeStore(VectorStore):
         return found
 
     async def versions(self) -> dict[tuple[str, str], str]:
-        """Also moves this process's readers to generations published since they opened."""
+        """Also opens this process's copy of every collection published since it last looked, a new one or a newer
+        generation, so no search waits for a copy."""
         versions: dict[tuple[str, str], str] = {}
         for collection, (path, manifest) in (await asyncio.to_thread(self._published)).items():
             reader = self._readers.get(collection)
-            if reader is not None and reader.copy.source != path:
-                fresh = await asyncio.to_thread(open_copy, self._generations(collection))
-                if fresh is not None:
-                    await self.run(self._swap, collection, fresh)
+            if (reader is None or reader.copy.source != path) and collection not in self._writers:
+                await self._open_reader(collection)
             versions.update({(collection, tenant): version for tenant, version in manifest["versions"].items()})
         return versions
 

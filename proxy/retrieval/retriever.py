@@ -128,7 +128,12 @@ class Retriever:
         vectors = VectorCache(settings.embedding_cache_size) if settings.embedding_cache_size else None
         retriever = cls(embedder, store, max_batch=settings.batch_max, max_wait=settings.batch_wait_ms / 1000,
                         metrics=metrics, cache=cache, timeout=settings.timeout, vector_cache=vectors)
-        # Polled with or without a cache: it is also how an embedded store learns of another process's ingest.
+        # Polled with or without a cache: it is also how an embedded store learns of another process's ingest, and
+        # copies its collections; read once before the gateway serves, so its first searches find their copies.
+        try:
+            await retriever.refresh_versions()
+        except Exception:
+            log.warning("could not read collection versions at start; the poll tries again", exc_info=True)
         retriever._poller = asyncio.get_running_loop().create_task(retriever._poll_versions(settings.version_poll_s))
         return retriever
 

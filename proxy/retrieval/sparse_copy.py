@@ -16,6 +16,11 @@ import shutil
 from pathlib import Path
 
 _STEP = 8 << 20  # bytes per read/write where the kernel cannot copy a range itself
+# Where copy_file_range is refused, the bytes are read and written instead: across file systems (EXDEV), kernels or
+# file systems without it (ENOSYS, EOPNOTSUPP, EINVAL), and sandboxes whose seccomp filter answers EPERM (some
+# container runtimes do) or a file system that refuses it for these files (EPERM, EACCES).
+_READ_AND_WRITE_INSTEAD = frozenset({errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EPERM,
+                                     errno.EACCES})
 
 
 def _data_ranges(descriptor: int, size: int) -> list[tuple[int, int]]:
@@ -43,7 +48,7 @@ def _copy_range(source: int, target: int, start: int, end: int) -> None:
             try:
                 copied = os.copy_file_range(source, target, count, offset, offset)
             except OSError as exc:
-                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+                if exc.errno not in _READ_AND_WRITE_INSTEAD:
                     raise
                 copied = os.pwrite(target, os.pread(source, count, offset), offset)
         else:

@@ -2,8 +2,9 @@
 
     python -m tests.support.edge_reader FOLDER SECONDS [hold]
 
-For SECONDS: open the store under FOLDER, search collection "docs" for tenant "acme", poll ``versions``
-as a worker does (moving to any generation published meanwhile), search again, close; repeat. Prints
+For SECONDS: open the store under FOLDER and read its ``versions`` as a worker does at start (copying the
+published collections), search collection "docs" for tenant "acme", poll ``versions`` again (moving to any
+generation published meanwhile), search again, close; repeat. Prints
 "reads N" at the end; any exception ends the process with its traceback and a non-zero status. With
 ``hold``: open and search once, print "holding", and keep the store open for SECONDS (a worker to kill).
 """
@@ -24,6 +25,7 @@ async def read(folder: Path, seconds: float) -> int:
     while time.monotonic() < deadline:
         store = EdgeStore.open(folder, dimensions=3)
         try:
+            await store.versions()
             for _ in range(3):
                 hits = await store.search("docs", "acme", [1.0, 0.0, 0.0], 5)
                 assert hits, "a search of a published collection found nothing"
@@ -37,6 +39,7 @@ async def read(folder: Path, seconds: float) -> int:
 async def hold(folder: Path, seconds: float) -> None:
     store = EdgeStore.open(folder, dimensions=3)
     try:
+        await store.versions()
         assert await store.search("docs", "acme", [1.0, 0.0, 0.0], 5)
         print("holding", flush=True)
         await asyncio.sleep(seconds)

@@ -84,6 +84,7 @@ async def test_migrate_store_copies_the_old_folder_so_the_gateway_finds_what_it_
     assert done.returncode == 0 and "migrated 1 chunks of 1 tenant collections" in done.stdout, done
     store = EdgeStore.open(tmp_path / "qdrant", dimensions=384)
     try:
+        await store.versions()  # as a gateway worker reads them at start, copying the collections
         hits = await store.search("prefixgate", "default", [0.05] * 384, 5, text="returned", mode=SearchMode(1, 1))
         assert [hit.text for hit in hits] == ["Items may be returned within 30 days."]
         assert await store.search("prefixgate", "acme", [0.05] * 384, 5) == []  # the tenant came with its chunk

@@ -120,6 +120,7 @@ async def test_no_process_writes_a_published_generation_while_workers_read_and_i
     assert digest(watch.collection / current) == watch.digests[current]
     store = EdgeStore.open(folder, dimensions=3)
     try:
+        await store.versions()
         hits = await store.search("docs", "acme", [1.0, 0.0, 0.0], len(ingested) + 10)
     finally:
         await store.aclose()

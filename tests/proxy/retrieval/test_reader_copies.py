@@ -3,6 +3,8 @@ holes, removed when the process moves on or closes, and swept when the process w
 
 from __future__ import annotations
 
+import errno
+import os
 import signal
 import subprocess
 import sys
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from proxy.retrieval.edge_store import EdgeStore
+from proxy.retrieval.vector_store import MissingCollection
 from proxy.retrieval.generations import folder_name
 from proxy.retrieval.reader_copies import READERS, sweep
 from proxy.retrieval.sparse_copy import copy_tree
@@ -62,15 +65,32 @@ def test_a_copy_keeps_every_byte_and_none_of_the_holes(published: Path, tmp_path
             assert (tmp_path / "copy" / path.relative_to(generation)).read_bytes() == path.read_bytes()
 
 
+def test_where_the_kernel_refuses_to_copy_a_range_the_bytes_are_read_and_written(
+        published: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sandbox's seccomp filter answers copy_file_range with EPERM: the copy still comes out whole and sparse."""
+    def refused(*args: object) -> int:
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "copy_file_range", refused)
+    generation = published / "edge" / folder_name("docs") / "g000000001"
+    copy_tree(generation, tmp_path / "copy")
+    assert disk_bytes(tmp_path / "copy") <= 2 * disk_bytes(generation)
+    for path in generation.rglob("*"):
+        if path.is_file():
+            assert (tmp_path / "copy" / path.relative_to(generation)).read_bytes() == path.read_bytes()
+
+
 async def test_a_store_searches_its_own_copy_and_removes_it_when_it_closes(published: Path) -> None:
     store = EdgeStore.open(published, dimensions=3)
     try:
-        assert [hit.doc_id for hit in await store.search("docs", "acme", [1.0, 0.0, 0.0], 5)] == ["before"]
+        assert copies(published) == []
+        await store.versions()  # as a worker reads them at start: its copy, made off the search path
         assert len(copies(published)) == 1 and copies(published)[0].startswith("g000000001-")
+        assert [hit.doc_id for hit in await store.search("docs", "acme", [1.0, 0.0, 0.0], 5)] == ["before"]
         await store.upsert("docs", "acme", [stored_chunk("after", [1.0, 0.0, 0.0])])
-        assert copies(published) == []  # its copy of the superseded generation went with the publish
+        # its copy of the superseded generation went with the publish, a copy of the new one came with it
+        assert len(copies(published)) == 1 and copies(published)[0].startswith("g000000002-")
         assert len(await store.search("docs", "acme", [1.0, 0.0, 0.0], 5)) == 2
-        assert copies(published)[0].startswith("g000000002-")
     finally:
         await store.aclose()
     assert copies(published) == []
@@ -86,7 +106,7 @@ async def test_the_copy_of_a_killed_worker_is_swept_by_the_next_one(
     assert left  # kill -9 left its copy behind
     store = EdgeStore.open(published, dimensions=3)
     try:
-        await store.search("docs", "acme", [1.0, 0.0, 0.0], 5)
+        await store.versions()
         assert not set(left) & set(copies(published))  # swept when this worker made its own
         assert len(copies(published)) == 1
     finally:
@@ -102,3 +122,25 @@ def test_a_lock_being_made_is_not_swept_but_one_left_a_minute_ago_is(tmp_path: P
     assert temporary.exists()
     sweep(tmp_path, now=made + 61)  # its process died before renaming it
     assert not temporary.exists()
+
+
+async def test_a_search_never_copies_a_collection_the_poll_then_does(published: Path) -> None:
+    """A collection published since this process last read the versions is missing to a search for that moment
+    (no copy made on the request's path: a big collection takes seconds); the next poll copies it off the path."""
+    store = EdgeStore.open(published, dimensions=3)
+    try:
+        with pytest.raises(MissingCollection):
+            await store.search("docs", "acme", [1.0, 0.0, 0.0], 5)
+        assert copies(published) == []
+        await store.versions()
+        assert [hit.doc_id for hit in await store.search("docs", "acme", [1.0, 0.0, 0.0], 5)] == ["before"]
+        other = EdgeStore.open(published, dimensions=3)  # another process's ingest publishes a new generation
+        try:
+            await other.upsert("docs", "acme", [stored_chunk("after", [1.0, 0.0, 0.0])])
+        finally:
+            await other.aclose()
+        assert len(await store.search("docs", "acme", [1.0, 0.0, 0.0], 5)) == 1  # its copy, until the poll
+        await store.versions()
+        assert len(await store.search("docs", "acme", [1.0, 0.0, 0.0], 5)) == 2
+    finally:
+        await store.aclose()
