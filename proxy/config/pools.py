@@ -48,9 +48,11 @@ class BasePoolConfig(_Frozen):
     min_recall: float = Field(0.95, ge=0, le=1)
     """with `output: short`: the split into short and long pools holds only while at least this share of the recent
     truly short answers (the last 512, once 64 are in) were predicted short; below it, and until it is measured,
-    requests go to the less loaded of this pool and the long pool, as one pool. A short answer in the long pool waits
-    behind long ones, so when more than one in twenty land there the split makes short answers' p95 worse than one
-    pool (docs/benchmarks.md). `prefixgate_length_short_recall` and `prefixgate_length_split` show the state.
+    requests go to the less loaded of this pool and the long pool, as one pool. A short answer predicted long waits
+    in the long pool behind long answers, so each one sent there gives back part of what the split gains for short
+    answers' p95; how many the split can afford depends on the engines and the load and has not been measured, so
+    the default asks that nearly all be predicted short. `prefixgate_length_short_recall` and
+    `prefixgate_length_split` show the state.
     0: always split. With `continue_long` it applies only to the requests that may not be cut"""
     continue_long: bool = False
     """with `output: short`: start short, continue long (both pools of kind openai). A plain-text answer (no tools,

@@ -92,7 +92,8 @@ class KvEvents(_Frozen):
     """with other senders at the engines (other gateways): count each engine's running + waiting as every gateway
     reads it at the same instants (`engine_metrics.interval`), not this process's own requests plus the others' as
     last read. Gateways then route a request alike nearly always instead of mostly, but react to load one
-    reading late: on prefixgate's benchmark, hit rate and load spread were worse (docs/tuning.md)"""
+    reading late: on prefixgate's benchmark, hit rate was lower and TTFT p95 longer; load spread was about the same
+    at the median and wider in one pass (docs/tuning.md)"""
     max_blocks: int = Field(1 << 20, ge=1)
     """most blocks the index keeps of one replica; past it (its evictions went missing) the replica is forgotten and
     learnt again from its next events"""

@@ -43,6 +43,17 @@ def spread(values: Sequence[float], fmt: str, unit: str = "") -> str:
     return f"{format(statistics.median(values), fmt)}{unit} [{low}{dash}{high}]"
 
 
+def several(values: Sequence[float], fmt: str, unit: str = "", one: str = "one run") -> str:
+    """``spread`` over several runs' figures; where the file holds one run, its figure and ``(one)``."""
+    return f"{format(values[0], fmt)}{unit} ({one})" if len(values) == 1 else spread(values, fmt, unit)
+
+
+def count(number: int, noun: str) -> str:
+    """``1 pass``, ``3 passes``: how many runs a result file records."""
+    plural = noun + ("es" if noun.endswith("s") else "s")
+    return f"{number} {noun if number == 1 else plural}"
+
+
 def summary(figure: dict[str, float], fmt: str, unit: str = "", scale: float = 1.0) -> str:
     """A result file's own ``{median, min, max}``."""
     return spread([figure["median"] * scale, figure["min"] * scale, figure["max"] * scale], fmt, unit)
@@ -79,21 +90,25 @@ def overhead() -> list[Row]:
                             spread(gaps, "+.2f", " ms"), f"{len(gaps)} rounds", "overhead", "Proxy overhead"))
     for cell in runs["closed_loop"]:
         if cell["phase"] == "max-rps" and not cell["stream"]:
-            direct, (through, _) = cell["results"]["direct"][0], cell["results"]["aiohttp"]
+            # run once its row holds "results"; with a baseline, "rounds" (overhead.py)
+            measured = cell.get("rounds") or [cell["results"]]
+            through, direct = ([m[side][0]["requests"] / m[side][0]["seconds"] for m in measured]
+                               for side in ("aiohttp", "direct"))
+            value = (f"{through[0]:,.0f} against {direct[0]:,.0f} (one run)" if len(measured) == 1
+                     else f"{spread(through, ',.0f')} against {spread(direct, ',.0f')}")
             rows.append(Row("Requests/s one gateway worker relays (JSON, upstream answers at once)",
-                            "through prefixgate against straight to the upstream",
-                            f"{through['requests'] / through['seconds']:,.0f} against "
-                            f"{direct['requests'] / direct['seconds']:,.0f} (one run)", "1 run", "overhead",
-                            "Proxy overhead"))
+                            "through prefixgate against straight to the upstream", value,
+                            count(len(measured), "run"), "overhead", "Proxy overhead"))
     return rows
 
 
 def prefix_reuse() -> list[Row]:
     rows = []
-    for name, runs_label in (("prefix_reuse", None), ("prefix_reuse_gpu", "5 rounds pooled")):
-        results = load(name)["results"]
+    for name in ("prefix_reuse", "prefix_reuse_gpu"):
+        run = load(name)
+        results = run["results"]
         cells = {(r["workload"][0], r["variant"], r["via"]): r for r in results}
-        if runs_label is None:  # per-round figures: ratios within each round
+        if all("runs" in cell for cell in results):  # per-round figures: ratios within each round
             hits = {w: [d["hit_rate"] / s["hit_rate"] for s, d in zip(cells[(w, "static", "direct")]["runs"],
                                                                        cells[(w, "dynamic", "prefixgate")]["runs"],
                                                                        strict=True)] for w in "ab"}
@@ -114,7 +129,8 @@ def prefix_reuse() -> list[Row]:
                      for w in "ab"}
             rows.append(Row("Prefix-cache hit rate of prompts with a new timestamp or ID each request (GPU engine)",
                             "through prefixgate against the same prompts never changing, sent directly",
-                            f"(a) {ratio['a']:.3f}, (b) {ratio['b']:.3f} (rounds pooled, no range)", runs_label, name,
+                            f"(a) {ratio['a']:.3f}, (b) {ratio['b']:.3f} (rounds pooled, no range)",
+                            f"{count(run['meta']['rounds'], 'round')} pooled", name,
                             "The same benchmark on a GPU engine"))
     return rows
 
@@ -164,9 +180,11 @@ def routing() -> list[Row]:
     rows.append(Row("Admitted TTFT p99 at 3x an engine's capacity", "against 0.3x capacity (target <= 2x)",
                     spread(over["ratios"], ".2f", "x"), f"{len(over['ratios'])} passes", "routing",
                     "Routing and admission on real engines"))
-    rows.append(Row("A shed request's answer, p99", "(target <= 5 ms)",
-                    spread([run["shed_p99_ms"] for run in loaded], ".1f", " ms"), f"{len(loaded)} passes", "routing",
-                    "Routing and admission on real engines"))
+    shed = [run["shed_p99_ms"] for run in loaded if run["shed_p99_ms"] is not None]  # null: the pass shed nothing
+    shed_passes = (count(len(shed), "pass") if len(shed) == len(loaded)
+                   else f"{len(shed)} of {count(len(loaded), 'pass')}")
+    rows.append(Row("A shed request's answer, p99", "(target <= 5 ms)", spread(shed, ".1f", " ms"), shed_passes,
+                    "routing", "Routing and admission on real engines"))
     for name in ("routing_slots", "routing_slots_confirm"):
         ratios = load(name)["results"]["length"]["7"]["ratios"]
         rows.append(Row("Short answers' TTFT p95 at 7 arrivals/s, short and long pools (known lengths)",
@@ -210,7 +228,8 @@ def kv_events() -> list[Row]:
         Row("Hit rate routing by KV events, caches that hold every prompt (CPU)", "against one engine alone",
             spread(ample, ".3f"), f"{len(ample)} passes", "routing_kv", "Hit rate on real engines"),
         Row("Hit rate routing by KV events, caches that hold every prompt (GPU, held_bound 2)",
-            "against one engine alone", f"{gpu[0]:.3f} (one pass)", "1 pass", "routing_kv_gpu", "On a GPU"),
+            "against one engine alone", several(gpu, ".3f", one="one pass"), count(len(gpu), "pass"),
+            "routing_kv_gpu", "On a GPU"),
         Row(f"Gateway time per request to render and match a {cost['tokens']['median']:,.0f}-token chat, p50",
             "(target <= 0.3 ms)",
             summary(cost["total_p50_us"], ".0f", " µs"), f"{len(load('kv_lookup_cost')['results']['runs'])} runs",
@@ -230,7 +249,12 @@ def the_rest() -> list[Row]:
                                                           strict=True)]
     cost = {r["mode"]: [resp / chat for resp, chat in zip(r["responses"]["cpu_ms"], r["chat"]["cpu_ms"], strict=True)]
             for r in load("responses_overhead")["results"]}
-    order = {cell["order"]: cell["hit_rate"] for cell in load("evidence_order")["results"]["cells"]}
+    evidence = load("evidence_order")
+    stable, score = ([cell["hit_rate"] for cell in evidence["results"]["cells"] if cell["order"] == order]
+                     for order in ("stable", "score"))  # one cell per order and run, its rounds pooled
+    pooled = count(evidence["meta"]["rounds"], "round")
+    evidence_value = (f"{stable[0]:.3f} against {score[0]:.3f} (one run, {pooled} pooled)" if len(stable) == 1
+                      else f"{spread(stable, '.3f')} against {statistics.median(score):.3f} ({pooled} pooled a run)")
     return [
         Row("Embedding one question (MiniLM, onnxruntime)", f"torch before: {summary(before, '.1f', ' ms')}",
             summary(adopted, ".1f", " ms"), f"{len(adopted['rounds'])} rounds", "embedding_speed",
@@ -245,8 +269,8 @@ def the_rest() -> list[Row]:
             f"{spread(cost['json'], '.2f', 'x')} / {spread(cost['stream'], '.2f', 'x')}",
             f"{len(cost['json'])} rounds", "responses_overhead", "Responses API: gateway CPU per request"),
         Row("Hit rate with retrieved passages in stable order", "best-first score order",
-            f"{order['stable']:.3f} against {order['score']:.3f} (one run, 2 rounds pooled)", "1 run",
-            "evidence_order", "Evidence order and the engine's prefix cache"),
+            evidence_value, count(len(stable), "run"), "evidence_order",
+            "Evidence order and the engine's prefix cache"),
     ]
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import random
 import statistics
@@ -220,8 +219,32 @@ def reset_caches(engines: list[str]) -> None:
         httpx.post(origin + "/reset_prefix_cache", timeout=30).raise_for_status()
 
 
-def _ms(values: list[float], q: float) -> float:
-    return percentile([v * 1000 for v in values], q)
+def _ms(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile of ``values`` (seconds) in ms; None where there are none (null in the result file:
+    JSON has no NaN)."""
+    return percentile([v * 1000 for v in values], q) if values else None
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    """The median over passes; None when any pass has no figure (a case that shed nothing has no shed latency)."""
+    values = list(values)
+    return None if any(v is None for v in values) else statistics.median(values)
+
+
+def _present(values: Iterable[float | None]) -> list[float]:
+    """The passes' figures, leaving out the passes that had none."""
+    return [v for v in values if v is not None]
+
+
+def _cell(value: float | None, spec: str) -> str:
+    """A table cell: the figure, or "-" where there is none."""
+    return "-" if value is None else format(value, spec)
+
+
+def _range(values: Iterable[float | None], spec: str) -> str:
+    """`` (min-max)`` of the passes that have a figure; nothing when none has."""
+    present = _present(values)
+    return f" ({min(present):{spec}}-{max(present):{spec}})" if present else ""
 
 
 # ---- affinity -------------------------------------------------------------------------------------
@@ -343,7 +366,7 @@ def run_affinity(origins: list[str], tokenizer: str, workdir: Path, args: argpar
                 for process in processes:
                     stop_gateway(process)
             print("affinity", name, json.dumps(runs[name][-1]), flush=True)
-    return {name: {**{key: statistics.median(row[key] for row in rows)
+    return {name: {**{key: _median(row[key] for row in rows)
                       for key in ("hit_rate", "max_over_mean", "requests_max_over_mean", "ttft_p50_ms", "ttft_p95_ms")},
                    "errors": sum(row["errors"] for row in rows), "runs": rows}
             for name, rows in runs.items()}
@@ -397,11 +420,12 @@ def _length_at(engines: list[LocalEngine], workdir: Path, args: argparse.Namespa
             runs[name].append(_length_pass(outcomes, wall))
             print("length", rate, name, json.dumps(runs[name][-1]), flush=True)
     mixed, split = runs.values()
-    medians = {name: {key: statistics.median(row[key] for row in rows) for key in rows[0] if key != "errors"}
+    medians = {name: {key: _median(row[key] for row in rows) for key in rows[0] if key != "errors"}
                for name, rows in runs.items()}
     return {"layouts": {name: {**medians[name], "errors": sum(row["errors"] for row in rows), "runs": rows}
                         for name, rows in runs.items()},
-            "ratios": [m["short_ttft_p95_ms"] / s["short_ttft_p95_ms"] for m, s in zip(mixed, split, strict=True)]}
+            "ratios": [None if m["short_ttft_p95_ms"] is None or not s["short_ttft_p95_ms"]
+                       else m["short_ttft_p95_ms"] / s["short_ttft_p95_ms"] for m, s in zip(mixed, split, strict=True)]}
 
 
 # ---- overload -------------------------------------------------------------------------------------
@@ -418,7 +442,7 @@ def _overload_row(outcomes: list[Outcome], wall: float, rate: float) -> dict[str
             "errors": sum(o.status not in (200, 429, 503) for o in outcomes),
             "ttft_p50_ms": _ms(admitted, 0.5), "ttft_p99_ms": _ms(admitted, 0.99),
             "shed_p50_ms": _ms(shed, 0.5), "shed_p99_ms": _ms(shed, 0.99),
-            "shed_max_ms": max(shed) * 1000 if shed else float("nan"), "wall_s": wall}
+            "shed_max_ms": max(shed) * 1000 if shed else None, "wall_s": wall}
 
 
 def run_overload(engine: LocalEngine, workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -457,13 +481,8 @@ def run_overload(engine: LocalEngine, workdir: Path, args: argparse.Namespace) -
     calm, loaded = runs["prefixgate, 0.3x capacity"], runs["prefixgate, 3x capacity"]
     return {"capacity_req_per_s": capacity, "max_in_flight": args.max_in_flight, "queue_size": args.queue_size,
             "cases": rows,
-            "ratios": [hot["ttft_p99_ms"] / cool["ttft_p99_ms"] for cool, hot in zip(calm, loaded, strict=True)]}
-
-
-def _median(values: Iterable[float]) -> float:
-    """The median, NaN when any value is (a case that shed nothing has no shed latency)."""
-    values = list(values)
-    return float("nan") if any(math.isnan(v) for v in values) else statistics.median(values)
+            "ratios": [None if hot["ttft_p99_ms"] is None or not cool["ttft_p99_ms"]
+                       else hot["ttft_p99_ms"] / cool["ttft_p99_ms"] for cool, hot in zip(calm, loaded, strict=True)]}
 
 
 # ---- report ---------------------------------------------------------------------------------------
@@ -513,7 +532,7 @@ def _kv_summary(rows: dict[str, Any]) -> list[str]:
         lines.append(f"- The default `kv_events.held_bound` (3) / 2: hit rate {_ratio(events, narrow['runs'])}"
                      f"{of_one}; load max/mean {by_events['max_over_mean']:.2f} against "
                      f"{narrow['max_over_mean']:.2f}, TTFT p95 "
-                     f"{by_events['ttft_p95_ms']:,.0f} ms against {narrow['ttft_p95_ms']:,.0f}.")
+                     f"{_cell(by_events['ttft_p95_ms'], ',.0f')} ms against {_cell(narrow['ttft_p95_ms'], ',.0f')}.")
     fours = {"prefixgate, KV events, four processes": ("prefixgate, KV events", ""),
              "prefixgate, KV events, four processes, shared load": ("prefixgate, KV events",
                                                                      " with `kv_events.shared_load`")}
@@ -567,7 +586,7 @@ def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
             lines.append(f"| {name} | {row['hit_rate']:.3f}{hit_range} | "
                          f"{row['hit_rate'] / max(single, 1e-9):.2f} | {row['max_over_mean']:.2f}{spread_range} | "
                          f"{row['requests_max_over_mean']:.2f} | "
-                         f"{row['ttft_p50_ms']:.0f} | {row['ttft_p95_ms']:.0f} | {row['errors']} |")
+                         f"{_cell(row['ttft_p50_ms'], '.0f')} | {_cell(row['ttft_p95_ms'], '.0f')} | {row['errors']} |")
         each = (f"{passes} passes of each case, interleaved" if passes > 1
                 else "1 pass of each case, interleaved: a single run, each figure one pass's")
         lines += ["", f"{each}. In flight: each "
@@ -586,13 +605,17 @@ def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
         for rate, cell in results["length"].items():
             for name, row in cell["layouts"].items():
                 p95 = [run["short_ttft_p95_ms"] for run in row["runs"]]
-                lines.append(f"| {rate} | {name} | {row['short_ttft_p50_ms']:.0f} | {row['short_ttft_p95_ms']:.0f} "
-                             f"({min(p95):.0f}-{max(p95):.0f}) | {row['long_ttft_p50_ms']:.0f} | "
-                             f"{row['long_ttft_p95_ms']:.0f} | {row['output_tok_per_s']:.0f} | {row['errors']} |")
-            ratios = cell["ratios"]
+                lines.append(f"| {rate} | {name} | {_cell(row['short_ttft_p50_ms'], '.0f')} | "
+                             f"{_cell(row['short_ttft_p95_ms'], '.0f')}{_range(p95, '.0f')} | "
+                             f"{_cell(row['long_ttft_p50_ms'], '.0f')} | {_cell(row['long_ttft_p95_ms'], '.0f')} | "
+                             f"{row['output_tok_per_s']:.0f} | {row['errors']} |")
+            ratios = _present(cell["ratios"])
             mixed, split = cell["layouts"].values()
-            summary.append(f"- {rate}/s: short-answer TTFT p95 **{statistics.median(ratios):.2f}x** better with the "
-                           f"split (passes' paired ratios {min(ratios):.2f}-{max(ratios):.2f}); throughput ratio "
+            some = f", {len(ratios)} of {len(cell['ratios'])} passes" if len(ratios) < len(cell["ratios"]) else ""
+            paired = (f"**{statistics.median(ratios):.2f}x** better with the split (passes' paired ratios "
+                      f"{min(ratios):.2f}-{max(ratios):.2f}{some})" if ratios
+                      else "not measured (no short answers in a layout)")
+            summary.append(f"- {rate}/s: short-answer TTFT p95 {paired}; throughput ratio "
                            f"{split['output_tok_per_s'] / mixed['output_tok_per_s']:.2f}.")
         lines += ["", *summary, ""]
     if "overload" in results:
@@ -607,11 +630,13 @@ def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
         for name, row in over["cases"].items():
             p99 = [run["ttft_p99_ms"] for run in row["runs"]]
             lines.append(f"| {name} | {row['rate']:.1f} | {row['admitted']:.0f} | {row['shed']:.0f} | "
-                         f"{row['ttft_p50_ms']:.0f} | {row['ttft_p99_ms']:.0f} ({min(p99):.0f}-{max(p99):.0f}) | "
+                         f"{_cell(row['ttft_p50_ms'], '.0f')} | "
+                         f"{_cell(row['ttft_p99_ms'], '.0f')}{_range(p99, '.0f')} | "
                          f"{_shed_cells(row['runs'])} |")
-        ratios = over["ratios"]
-        lines += ["", f"Admitted TTFT p99 at 3x: **{statistics.median(ratios):.2f}x** the 0.3x run's (passes' "
-                  f"paired ratios {min(ratios):.2f}-{max(ratios):.2f})."]
+        ratios = _present(over["ratios"])
+        if ratios:
+            lines += ["", f"Admitted TTFT p99 at 3x: **{statistics.median(ratios):.2f}x** the 0.3x run's (passes' "
+                      f"paired ratios {min(ratios):.2f}-{max(ratios):.2f})."]
     return "\n".join(lines)
 
 
@@ -647,10 +672,13 @@ def plot(results: dict[str, Any], path: Path) -> None:
         cells = results["length"]
         rates = [float(rate) for rate in cells]
         for name, color in (("one pool of two engines", "#8c8c8c"), ("short pool + long pool", "#2b7bb9")):
-            p95 = [[run["short_ttft_p95_ms"] for run in cell["layouts"][name]["runs"]] for cell in cells.values()]
-            medians = [cell["layouts"][name]["short_ttft_p95_ms"] for cell in cells.values()]
-            axis.errorbar(rates, medians, yerr=[[m - min(v) for m, v in zip(medians, p95, strict=True)],
-                                                [max(v) - m for m, v in zip(medians, p95, strict=True)]],
+            shown_at = [(rate, cell) for rate, cell in zip(rates, cells.values(), strict=True)
+                        if cell["layouts"][name]["short_ttft_p95_ms"] is not None]  # a pass with no short answer: none
+            p95 = [_present(run["short_ttft_p95_ms"] for run in cell["layouts"][name]["runs"]) for _, cell in shown_at]
+            medians = [cell["layouts"][name]["short_ttft_p95_ms"] for _, cell in shown_at]
+            axis.errorbar([rate for rate, _ in shown_at], medians,
+                          yerr=[[m - min(v) for m, v in zip(medians, p95, strict=True)],
+                                [max(v) - m for m, v in zip(medians, p95, strict=True)]],
                           marker="o", capsize=4, color=color, label=name)
         axis.set_yscale("log")
         axis.set_xlabel("arrivals per second")
@@ -659,10 +687,11 @@ def plot(results: dict[str, Any], path: Path) -> None:
         axis.legend()
     if "overload" in results:
         axis = axes["overload"]
-        rows = results["overload"]["cases"]
+        rows = {name: r for name, r in results["overload"]["cases"].items() if r["ttft_p99_ms"] is not None}
         medians = [r["ttft_p99_ms"] for r in rows.values()]
-        p99 = [[run["ttft_p99_ms"] for run in r["runs"]] for r in rows.values()]
-        axis.bar(list(rows), medians, color=["#2b7bb9", "#2b7bb9", "#8c8c8c"], capsize=4,
+        p99 = [_present(run["ttft_p99_ms"] for run in r["runs"]) for r in rows.values()]
+        axis.bar(list(rows), medians, color=["#8c8c8c" if name.startswith("direct") else "#2b7bb9" for name in rows],
+                 capsize=4,
                  yerr=[[m - min(v) for m, v in zip(medians, p99, strict=True)],
                        [max(v) - m for m, v in zip(medians, p99, strict=True)]])
         axis.set_yscale("log")
