@@ -16,17 +16,32 @@
 # Why these settings:
 # - Each engine gets SLOTS (16) batch slots and KV memory for SLOTS full-length sequences (16 x 4,096 tokens), so a
 #   request waits for a slot, never for KV memory: long answers hold slots as on a busy GPU, the effect length routing
-#   is for. --enforce-eager because two engines compiling at once would take most of the lent time.
-# - RATES: the kit measured ~4 ms per decode step at batch 1 (CUDA graphs, one engine alone). Eager, at batch 16,
-#   with two engines taking turns on one GPU, a step is taken here to be ~10 ms, so each engine writes ~1,600
-#   tokens/s and the two ~3,200. The workload's answers average 224 tokens (capped at 1,024; the 26 % over 256 tokens
-#   carry 75 % of them), so one pool's 32 slots fill at ~14 arrivals/s. 16/s congests it (~115 %; ~160 % if a step
-#   takes 14 ms, ~70 % if 6 ms), where the oracle's gain shows; 10/s is busy but mostly below it (~70 %). A split's
-#   long pool, 16 slots for 75 % of the tokens, is congested at both. The congested rate goes first: where the time
-#   left holds one pass only, it is that one (length_routing.py starts no pass that would not end within --budget).
+#   is for.
+# - EAGER=1 (the default) starts the engines with --enforce-eager: both healthy ~90 s after launch. Two eager engines
+#   sharing the GPU were measured at ~60 ms per decode step at batch 16 (~550 output tokens/s for the two), so at any
+#   rate worth measuring every layout is a backlog, and draining 1,024-token answers outlasts one device command.
+#   EAGER=0 leaves the flag out: CUDA graphs and torch.compile (the kit measured ~3.9 ms per step at batch 1, one
+#   engine alone, and ~95 s from launch to healthy cold, ~38 s of it compiling). The two engines compile at once,
+#   each in its own COMPILE_CACHE folder; count on ~100-150 s. The caption says which mode ran.
+# - RATES (default 16,10) rest on a step of ~10 ms at batch 16 with two engines taking turns on one GPU, what compiled
+#   engines are expected to take (eager ones are ~6x slower: see above): each engine writes ~1,600 tokens/s and the
+#   two ~3,200. The workload's answers average 224 tokens (capped at 1,024; the 26 % over 256 tokens carry 75 % of
+#   them), so one pool's 32 slots fill at ~14 arrivals/s. 16/s congests it (~115 %; ~160 % if a step takes 14 ms,
+#   ~70 % if 6 ms), where the oracle's gain shows; 10/s is busy but mostly below it (~70 %). A split's long pool,
+#   16 slots for 75 % of the tokens, is congested at both. The congested rate goes first: where the time left holds
+#   one pass only, it is that one (length_routing.py starts no pass that would not end within --budget).
 # - WARMUP/WINDOW: 6 layouts x 2 rates of (6 + 10 s of arrivals + ~10 s to start the gateway and drain) come to
 #   ~310 s, what DEADLINE leaves after the kit is unpacked (~30 s) and the engines are healthy (~90 s): one pass per
 #   rate. Longer windows or more passes need more time than one device command (600 s) has.
+# - Compiled engines (EAGER=0) in one device command of ~540 s: the ~10 ms step at batch 16 is then the expected
+#   figure, so one congested rate and the three layouts that answer the question, as many passes as fit:
+#     EAGER=0 RATES=16 WARMUP=6 WINDOW=10 PASSES=3 DEADLINE=510 RESERVE=20 \
+#       LAYOUTS='one pool;oracle split;start short, continue long'
+#   A layout's run at 16/s: ~2 s to start its gateway, 16 s of arrivals, then the drain: one pool (~112 %) ends
+#   ~2 s of backlog plus the last long answer (up to 1,024 steps, ~10 s); a split's long pool (~168 %: 16/s x 75 %
+#   x 224 tokens against 1,600 tokens/s) ends ~11 s of backlog plus that answer: ~30-40 s a layout, ~105 s a pass
+#   of three. Engines healthy at ~150 s leave --budget ~340 s: three passes where the estimate holds, two where a
+#   step takes ~14 ms or the compile runs long (a pass that would not end within the budget is not started).
 set -u
 KIT=${KIT:-.gpu}
 WHEELS=${WHEELS:-.whl}
@@ -43,6 +58,8 @@ WINDOW=${WINDOW:-10}
 PASSES=${PASSES:-3}  # as many as the budget holds
 LAYOUTS=${LAYOUTS:-}   # a ';' list; empty: all six
 PORT=${PORT:-8000}
+EAGER=${EAGER:-1}      # 1: --enforce-eager; 0: CUDA graphs and torch.compile (see above)
+COMPILE_CACHE=${COMPILE_CACHE:-/tmp/vllm-compile-cache}  # engine i compiles into COMPILE_CACHE/enginei
 source tests/bench/gpu_kit.sh
 prepare || exit 1
 PYTHONPATH="$GATEWAY_SITE:$SITE" python3 -c "import proxy.commands.cli, tests.bench.length_routing" || exit 1
@@ -54,13 +71,21 @@ print(c["num_hidden_layers"] * c["num_key_value_heads"] * head * 2 * 2)  # K and
 PY
 ) || exit 1
 
+if [ "$EAGER" = 0 ]; then
+  eager_flag="" mode="CUDA graphs and torch.compile"
+else
+  eager_flag="--enforce-eager" mode="--enforce-eager"
+fi
+
 PIDS=()
 start_engines() {  # both at once, so their starts overlap
   for i in 0 1; do
+    # each engine its own compile cache (unused when eager), so two cold compiles never write one folder
+    VLLM_CACHE_ROOT="$COMPILE_CACHE/engine$i" \
     VLLM_SERVER_DEV_MODE=1 VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONPATH="$SITE" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
     VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 setsid python3 -m vllm.entrypoints.cli.main serve "$KIT/model" \
       --served-model-name prefixgate-gpu --load-format dummy --max-model-len 4096 --enable-prefix-caching \
-      --enforce-eager --gpu-memory-utilization 0.4 --kv-cache-memory-bytes $(( KV_TOKENS * token_bytes )) \
+      $eager_flag --gpu-memory-utilization 0.4 --kv-cache-memory-bytes $(( KV_TOKENS * token_bytes )) \
       --max-num-seqs "$SLOTS" --scheduling-policy priority --host 127.0.0.1 --port $(( PORT + i )) \
       > "$OUT/engine$i.log" 2>&1 &
     PIDS+=($!)
@@ -97,7 +122,7 @@ PYTHONPATH="$GATEWAY_SITE:$SITE" PYTHONUNBUFFERED=1 timeout $(( budget + 60 )) p
   --budget "$budget" --engine-urls "$urls" --model prefixgate-gpu --max-num-seqs "$SLOTS" --rates "$RATES" \
   --warmup "$WARMUP" --seconds "$WINDOW" --passes "$PASSES" ${LAYOUTS:+--layouts "$LAYOUTS"} \
   --name length_routing_gpu --out "$OUT/benchmarks.md" \
-  --where "one $gpu shared by 2 engines (vLLM $vllm_version, $model_shapes; --enforce-eager; $KV_TOKENS KV tokens and $SLOTS batch slots per engine); engines, gateways, shims and client on one machine: $host_cpu" \
+  --where "one $gpu shared by 2 engines (vLLM $vllm_version, $model_shapes; $mode; $KV_TOKENS KV tokens and $SLOTS batch slots per engine); engines, gateways, shims and client on one machine: $host_cpu" \
   2>&1 | tee "$OUT/bench.log"
 status=${PIPESTATUS[0]}
 elapsed "bench exit $status"
