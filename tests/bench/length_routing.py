@@ -53,6 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import date
 from functools import partial
@@ -81,6 +82,12 @@ MODEL = "prefixgate-tiny"
 TRUTH = "bench_true_tokens"
 THRESHOLD: int = OpenAIPoolConfig.model_fields["short_threshold"].default
 PROMPT_CHARS = 6000  # the tiny model reads 4096 positions: prompt and answer must fit
+# ... so a long answer leaves the prompt less: the tiny model's tokenizer makes about 0.53 tokens of a character of
+# this workload's text (6,000 characters are 3,192 tokens), so a character of prompt is given up for every two
+# tokens of answer past CONTEXT_CHARS. Without it the longest prompts with the longest answers asked for more than
+# 4,096 positions, and vLLM refused them (a 400) in every layout that did not cut them at T.
+CONTEXT_CHARS = 7400
+CHARS_PER_TOKEN = 2
 MAX_ANSWER = 1024
 MARK = " a"  # the text of every token the client receives (see ``one_per_token``)
 RUN_ALLOWANCE_S = 10.0  # a layout's run beyond its arrivals (gateway start, the last answers), until one is measured
@@ -100,10 +107,11 @@ def leg_tokens(body: dict[str, Any]) -> int:
     return min(true, int(cap)) if cap else true
 
 
-def engine_messages(messages: list[dict[str, Any]], continuation: bool) -> list[dict[str, str]]:
-    """Messages a plain engine serves within its context: the head of the prompt, PROMPT_CHARS in all. A
-    continuation's last message (the answer so far) stays whole, earlier ones share what it leaves, so the
-    engine goes on from the text the client already has."""
+def engine_messages(messages: list[dict[str, Any]], continuation: bool, answer: int = 0) -> list[dict[str, str]]:
+    """Messages a plain engine serves within its context with an ``answer`` of that many tokens: the head of the
+    prompt, PROMPT_CHARS in all, less where the answer needs the room (``CONTEXT_CHARS``). A continuation's last
+    message (the answer so far) stays whole, earlier ones share what it leaves, so the engine goes on from the
+    text the client already has."""
     plain = []
     for message in messages:
         content = message.get("content")
@@ -111,7 +119,7 @@ def engine_messages(messages: list[dict[str, Any]], continuation: bool) -> list[
         plain.append({"role": message.get("role") if message.get("role") in ("system", "user", "assistant")
                       else "user", "content": text})
     last = plain.pop() if continuation and plain else None
-    left = PROMPT_CHARS - (len(last["content"]) if last else 0)
+    left = min(PROMPT_CHARS, CONTEXT_CHARS - CHARS_PER_TOKEN * answer) - (len(last["content"]) if last else 0)
     kept = []
     for message in plain:
         kept.append({**message, "content": message["content"][:max(left, 0)]})
@@ -124,7 +132,7 @@ def engine_copy(body: dict[str, Any]) -> dict[str, Any]:
     ``continue_final_message`` and ``add_generation_prompt`` as the gateway sent them. A stream reports its
     token count in every chunk (``continuous_usage_stats``), which ``one_per_token`` reads and removes."""
     tokens = leg_tokens(body)
-    messages = engine_messages(body.get("messages", []), bool(body.get("continue_final_message")))
+    messages = engine_messages(body.get("messages", []), bool(body.get("continue_final_message")), tokens)
     for field in ("tools", "tool_choice", "response_format", "max_completion_tokens"):
         body.pop(field, None)
     if body.get("stream"):
@@ -225,15 +233,18 @@ async def stream_one(session: aiohttp.ClientSession, url: str, body: dict[str, A
                      headers: dict[str, str]) -> dict[str, Any]:
     """One streamed answer as the client sees it, timed from its scheduled arrival: the first content chunk,
     the end, the content chunks, and the gap between chunks T and T+1 (None when there are not T+1)."""
-    status, failed, first, chunks, at_threshold, seam = 0, False, None, 0, 0.0, None
+    status, failed, first, chunks, at_threshold, seam = 0, None, None, 0, 0.0, None
     try:
         async with session.post(url, json=body, headers=headers) as response:
             status = response.status
+            if status != 200:
+                failed = f"HTTP {status}: {failure_code(await response.read())}"
             async for line in response.content:
                 if not line.startswith(b"data: {"):
                     continue
                 event = json.loads(line[6:])
-                failed = failed or "error" in event
+                if "error" in event and failed is None:
+                    failed = f"error event: {failure_code(line[6:])}"
                 if not has_content(event):
                     continue
                 now, chunks = time.perf_counter(), chunks + 1
@@ -242,10 +253,23 @@ async def stream_one(session: aiohttp.ClientSession, url: str, body: dict[str, A
                     at_threshold = now
                 elif chunks == THRESHOLD + 1:
                     seam = now - at_threshold
-    except (aiohttp.ClientError, TimeoutError, ValueError):
-        status, failed = status or 599, True
-    return {"ok": status == 200 and not failed and first is not None, "ttft": first,
+    except (aiohttp.ClientError, TimeoutError, ValueError) as error:
+        status, failed = status or 599, failed or f"client: {type(error).__name__}"
+    if failed is None and first is None:
+        failed = "no content"
+    return {"ok": status == 200 and failed is None, "failure": failed, "ttft": first,
             "e2e": time.perf_counter() - due, "tokens": chunks, "seam": seam}
+
+
+def failure_code(data: bytes) -> str:
+    """What an error answer or event names: its code, else its type, else the start of its message."""
+    try:
+        error = json.loads(data).get("error") or {}
+    except (ValueError, AttributeError):
+        return data[:80].decode(errors="replace")
+    if not isinstance(error, dict):
+        return str(error)[:80]
+    return str(error.get("code") or error.get("type") or str(error.get("message", ""))[:80])
 
 
 async def send(session: aiohttp.ClientSession, url: str, request: LengthRequest, due: float,
@@ -292,7 +316,8 @@ def summary(outcomes: list[dict[str, Any]], wall: float) -> dict[str, Any]:
         return percentile(values, q) * 1000 if values else math.nan
 
     seams = [o["seam"] for o in long if o["seam"] is not None]
-    return {"requests": len(outcomes), "errors": len(outcomes) - len(done),
+    kinds = Counter(o["failure"] for o in outcomes if not o["ok"])
+    return {"requests": len(outcomes), "errors": len(outcomes) - len(done), "failures": dict(sorted(kinds.items())),
             "short_ttft_p50_ms": ms([o["ttft"] for o in short], 0.5),
             "short_ttft_p95_ms": ms([o["ttft"] for o in short], 0.95),
             "long_ttft_p50_ms": ms([o["ttft"] for o in long], 0.5),
@@ -514,9 +539,12 @@ def report(by_rate: dict[str, Runs]) -> dict[str, Any]:
     congested = max(by_rate, key=float) if by_rate else None
     out: dict[str, Any] = {"congested_rate": congested, "rates": {}, "passes": by_rate}
     for rate, runs in by_rate.items():
-        keys = list(dict.fromkeys(key for passes_ in runs.values() for row in passes_ for key in row))
+        keys = list(dict.fromkeys(key for passes_ in runs.values() for row in passes_ for key, value in row.items()
+                                  if isinstance(value, (int, float))))
         rows = {name: {key: spread([p.get(key, math.nan) for p in passes_]) for key in keys}
                 for name, passes_ in runs.items()}
+        for name, passes_ in runs.items():  # each failure's kind, over the passes (a pass before kinds: none)
+            rows[name]["failures"] = dict(sum((Counter(p.get("failures", {})) for p in passes_), Counter()))
         goals = ({name: targets(runs, name, rate == congested) for name in runs if name != "one pool"}
                  if "one pool" in runs else {})
         out["rates"][rate] = {"layouts": rows, "targets": goals, "passes": min(map(len, runs.values()))}
@@ -547,7 +575,7 @@ def layout_table(rows: dict[str, dict[str, Any]]) -> list[str]:
                      f"{cell(row['long_ttft_p95_ms'])} | {cell(row.get('long_e2e_p95_ms'))} | "
                      f"{cell(row.get('seam_p50_ms'))} | {cell(row.get('seam_p95_ms'))} | {cell(row['tokens_per_s'])} | "
                      f"{cell(row.get('prefilled_again'))} | {cell(row.get('continued'))} | "
-                     f"{row['errors']['median']:.0f} / {cut(row)} | {reading} |")
+                     f"{cell(row['errors'])} / {cut(row)} | {reading} |")
     return lines
 
 
@@ -581,6 +609,11 @@ def markdown(result: dict[str, Any]) -> str:
     parts = []
     for rate, block in sorted(result["rates"].items(), key=lambda item: float(item[0])):
         parts += ["", f"**{rate} arrivals/s** ({passes_of(block['passes'])})", "", *layout_table(block["layouts"])]
+        failed = {name: row.get("failures") for name, row in block["layouts"].items() if row.get("failures")}
+        if failed:
+            parts += ["", "Failures over the passes, by kind: " + "; ".join(
+                f"{name}: " + ", ".join(f"{kind} x{count}" for kind, count in kinds.items())
+                for name, kinds in failed.items()) + "."]
         if block["targets"]:
             parts += ["", f"Targets at {rate}/s:", "", *target_table(block["targets"], result["congested_rate"])]
     everywhere = {name: [block["targets"][name]["short_p95_never_worse"] for block in result["rates"].values()
