@@ -10,6 +10,7 @@ means, are ``REPLICA_REASONS``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Literal
@@ -50,9 +51,11 @@ def least_loaded(in_flight: Sequence[int], healthy: Sequence[bool], start: int) 
 
 
 def held_choice(ring: HashRing, key: int, held: Sequence[int], in_flight: Sequence[int], healthy: Sequence[bool],
-                bound: float, slack: int = 0, held_bound: float = 1.0) -> int | None:
+                bound: float, slack: int = 0, held_bound: float = 1.0,
+                footprint: Sequence[int | None] | None = None) -> int | None:
     """The healthy replica holding the most of the prompt's leading blocks (``held[i]``; of replicas holding
-    as many, the one with fewer requests in flight, then the first on the key's ring walk) while its
+    as many, the one with fewer requests in flight, then the one whose engine holds fewer blocks in all
+    (``footprint[i]``, where known), then the first on the key's ring walk) while its
     requests in flight stay within ``held_bound`` x the mean (or the load ``bound`` plus ``slack``,
     whichever allows more); past it, the next longest holder within the same. None when no replica within
     reach holds any block: the ring decides then.
@@ -66,13 +69,21 @@ def held_choice(ring: HashRing, key: int, held: Sequence[int], in_flight: Sequen
 
     Replicas that hold as much cost the prompt the same prefill, so load decides between them at no cost in
     hits: a prompt that went past its holder's allowance once, and is held twice since, shares its requests
-    between the two rather than sending them all back to the busier one until it is full again."""
+    between the two rather than sending them all back to the busier one until it is full again. As loaded,
+    the emptier engine takes it: at a few requests per engine loads tie most of the time, and the ring's order
+    alone would give a few shared prompts to one engine (an engine back from a restart, holding them too, got
+    a third of the last quarter's requests); by the engines' own reports every gateway breaks the tie alike,
+    and where caches are full (every engine holds as many) the ring's order decides as before."""
     live = [index for index in range(ring.size) if healthy[index]]
     if not live or not any(held):  # held nowhere, as most new prompts are: no ring walk to find no holder
         return None
     allowance = max(capacity(in_flight, live, bound) + slack, capacity(in_flight, live, held_bound))
     holders = [index for index in ring.walk(key) if healthy[index] and held[index] > 0]
-    holders.sort(key=lambda index: (-held[index], in_flight[index]))  # stable: ties keep the walk's order
+    def emptier(index: int) -> float:
+        count = footprint[index] if footprint is not None else None
+        return math.inf if count is None else count
+
+    holders.sort(key=lambda index: (-held[index], in_flight[index], emptier(index)))  # stable: ties keep the walk's
     return next((index for index in holders if in_flight[index] < allowance), None)
 
 
@@ -158,7 +169,7 @@ def pick_replica(in_flight: Sequence[int], healthy: Sequence[bool], *, key: int 
         return None if index is None else (index, "least_loaded")
     home = ring_home = ring.home(key)
     if held is not None:
-        index = held_choice(ring, key, held, in_flight, healthy, bound, home_slack, held_bound)
+        index = held_choice(ring, key, held, in_flight, healthy, bound, home_slack, held_bound, footprint)
         if index is not None:
             moved = rehomed(ring, key, index, held, footprint, in_flight, healthy) if footprint is not None else None
             return (index, "held") if moved is None else (moved, "rehomed")

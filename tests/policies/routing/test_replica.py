@@ -221,3 +221,24 @@ def test_a_prompt_only_a_far_fuller_engine_holds_moves_once_to_the_emptier_of_it
         footprint[back] = None  # its engine has reported nothing: no move on a guess
         held[back] = 0
         assert pick(held, footprint, busy) == (holder, "held")
+
+
+def test_between_equal_holders_as_busy_the_emptier_engine_takes_the_prompt() -> None:
+    """Two engines hold the prompt alike and are as busy: the one whose engine holds fewer blocks in all takes it
+    (the same choice in every gateway), not the first on the ring every time; unreported, the ring decides."""
+    ring = HashRing(["http://r0/v1", "http://r1/v1"])
+    first = ring.home(KEY)
+    other = 1 - first
+
+    def pick(footprint: list[int | None] | None, loads: list[int]) -> tuple[int, str] | None:
+        return pick_replica(loads, [True, True], key=KEY, ring=ring, bound=1.25, home_slack=1, warm=0, start=0,
+                            held=[4, 4], footprint=footprint, held_bound=3.0)
+
+    footprint: list[int | None] = [0, 0]
+    footprint[first], footprint[other] = 900, 800
+    assert pick(footprint, [1, 1]) == (other, "held")
+    loads = [1, 1]
+    loads[other] = 2  # busier: load comes first
+    assert pick(footprint, loads) == (first, "held")
+    assert pick([900, 900], [1, 1]) == (first, "held")  # full alike: the ring's order
+    assert pick(None, [1, 1]) == (first, "held")
