@@ -9,9 +9,11 @@ items seen as messages (an item keeps every field; only a message's text changes
 the length prediction and the replica choice.
 
 Conversation state lives in the gateway, not in an engine (``previous_response_id``): each response
-is kept as the input items it was sent with and the output items it gave (``StoredResponse``), and the
-next turn is sent as the whole conversation (``continued``): history exactly as the engine saw it,
-so its prefix is the prefix the engine cached for the turn before, whichever replica serves it.
+is kept as the input items its turn added and the output items it gave, with the ids of the turns before
+it (``StoredResponse``), so a conversation of n turns is stored once, not n times over; the next turn is
+sent as the whole conversation (``history`` of those turns, then ``continued``): history exactly as the
+engine saw it, so its prefix is the prefix the engine cached for the turn before, whichever replica serves
+it.
 Instructions do not carry over from one response to the next (OpenAI's rule, and vLLM's).
 Pure: bodies in, bodies out; the input is never mutated.
 """
@@ -30,9 +32,15 @@ _MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
 class StoredResponse(NamedTuple):
     """One response as the gateway keeps it: what continues it, and what ``GET`` answers."""
 
-    input: list[Any]  # every input item the engine was sent, history first
+    input: list[Any]  # the input items its turn added (all it was sent, for the first turn of a conversation)
     output: list[Any]  # the output items it answered with
     response: dict[str, Any]  # the response object, as the client was answered
+    earlier: tuple[str, ...] = ()  # the ids of the conversation's earlier turns, the first first
+
+
+def history(turns: list[StoredResponse]) -> list[Any]:
+    """The conversation ``turns`` (the first first) make: each turn's input items, then its output items."""
+    return [item for turn in turns for item in (*turn.input, *turn.output)]
 
 
 def input_items(value: Any) -> list[Any]:
@@ -44,12 +52,11 @@ def is_message(item: Any) -> bool:
     return isinstance(item, dict) and item.get("type", "message") == "message" and item.get("role") in _MESSAGE_ROLES
 
 
-def continued(body: dict[str, Any], previous: StoredResponse) -> dict[str, Any]:
-    """The body of a turn that continues ``previous``: its whole conversation as ``input`` (the
-    previous input and output items, then this turn's), without ``previous_response_id``, which no
-    engine can resolve."""
+def continued(body: dict[str, Any], earlier: list[Any]) -> dict[str, Any]:
+    """The body of a turn that continues a conversation: its ``earlier`` items (``history``), then this turn's, as
+    ``input``, without ``previous_response_id``, which no engine can resolve."""
     new_body = {key: value for key, value in body.items() if key != "previous_response_id"}
-    new_body["input"] = [*previous.input, *previous.output, *input_items(body["input"])]
+    new_body["input"] = [*earlier, *input_items(body["input"])]
     return new_body
 
 
@@ -153,13 +160,22 @@ def _as_chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def stored_response(body: dict[str, Any], response: dict[str, Any]) -> StoredResponse | None:
-    """What to keep of an answered turn (``body`` as the engine was sent it): None unless the
-    response finished (completed, or incomplete at its token cap) with output items."""
+def stored_response(body: dict[str, Any], response: dict[str, Any], history_items: int = 0,
+                    earlier: tuple[str, ...] = ()) -> StoredResponse | None:
+    """What to keep of an answered turn (``body`` as the engine was sent it, its first ``history_items`` the
+    turns ``earlier`` recalled): the items this turn added, and the earlier turns' ids. None unless the response
+    finished (completed, or incomplete at its token cap) with output items."""
     output = response.get("output")
     if response.get("status") not in ("completed", "incomplete") or not isinstance(output, list):
         return None
-    return StoredResponse(input_items(body["input"]), output, response)
+    return StoredResponse(input_items(body["input"])[history_items:], output, response, earlier)
+
+
+def conversation_too_long(items: int, limit: int) -> Rejection:
+    """A ``previous_response_id`` whose conversation holds more items than a request may (``server.max_messages``)."""
+    return Rejection(400, f"The conversation of 'previous_response_id' holds more than {limit} items "
+                          f"({items} so far; server.max_messages): start a new one, or send the part that matters "
+                          "as input.", param="previous_response_id", code="conversation_too_long")
 
 
 def response_not_found(response_id: str, param: str | None = None) -> Rejection:

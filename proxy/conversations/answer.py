@@ -34,13 +34,16 @@ _NO_PREVIOUS = b'"previous_response_id":null'
 class ResponsesAnswer:
     """One Responses request's answer, as the relay sees it (the ``AnswerTap`` an ``Outgoing`` carries)."""
 
-    __slots__ = ("_final", "_held", "_previous", "_tail", "body", "store", "tenant")
+    __slots__ = ("_final", "_held", "_previous", "_tail", "body", "earlier", "history", "store", "tenant")
     cut_off = False  # a Responses answer is read to the engine's end
 
-    def __init__(self, store: ResponseStore | None, tenant: str, body: dict[str, Any], previous: str | None) -> None:
+    def __init__(self, store: ResponseStore | None, tenant: str, body: dict[str, Any], previous: str | None,
+                 history: int = 0, earlier: tuple[str, ...] = ()) -> None:
         self.store = store  # None: ``store: false``, keep nothing
         self.tenant = tenant
         self.body = body  # as the engine was sent it: the conversation to keep
+        self.history = history  # its first items: the turns recalled (``earlier``), kept already
+        self.earlier = earlier
         self._previous = b'"previous_response_id":' + orjson.dumps(previous) if previous is not None else None
         self._final: list[bytes] | None = None  # the last event, from its first byte
         self._tail = b""  # the end of the last chunk: a marker may be cut in two
@@ -103,7 +106,7 @@ class ResponsesAnswer:
         return body, usage_in(body, RESPONSES_USAGE)
 
     async def _keep(self, response: dict[str, Any]) -> None:
-        stored = stored_response(self.body, response)
+        stored = stored_response(self.body, response, self.history, self.earlier)
         response_id = response.get("id")
         if stored is None or self.store is None or not isinstance(response_id, str):
             return

@@ -34,17 +34,22 @@ ENTRY_OVERHEAD = 768
 
 
 def _encode(stored: StoredResponse) -> bytes:
-    """The input items and the response; its output items are the response's own (kept once)."""
-    return orjson.dumps({"input": stored.input, "response": stored.response})
+    """The turn's input items, the response and the earlier turns' ids; its output items are the response's own
+    (kept once)."""
+    return orjson.dumps({"input": stored.input, "response": stored.response, "earlier": stored.earlier})
 
 
 def _decode(raw: bytes) -> StoredResponse:
+    """A stored turn; one stored before turns were linked (no ``earlier``) holds its whole conversation's input."""
     value: dict[str, Any] = orjson.loads(raw)
-    return StoredResponse(value["input"], value["response"]["output"], value["response"])
+    return StoredResponse(value["input"], value["response"]["output"], value["response"],
+                          tuple(value.get("earlier") or ()))
 
 
 class ResponseStore(Protocol):
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None: ...
+
+    async def recall(self, tenant: str, response_ids: tuple[str, ...]) -> list[StoredResponse | None]: ...
 
     async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None: ...
 
@@ -69,6 +74,17 @@ class MemoryResponses:
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
         raw = self.entries.get((tenant, response_id))
         return None if raw is None else _decode(raw)
+
+    async def recall(self, tenant: str, response_ids: tuple[str, ...]) -> list[StoredResponse | None]:
+        """Earlier turns of a conversation being continued, each kept ``ttl_s`` from now (written again: the same
+        bytes, a new expiry), so a conversation lasts as long as it is continued, as its last turn does."""
+        found: list[StoredResponse | None] = []
+        for response_id in response_ids:
+            raw = self.entries.get((tenant, response_id))
+            if raw is not None:
+                self.entries[(tenant, response_id)] = raw
+            found.append(None if raw is None else _decode(raw))
+        return found
 
     async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None:
         raw = bytes(memoryview(_encode(stored)))  # exact size: orjson's own buffer is larger
@@ -110,6 +126,20 @@ class RedisResponses:
         except RedisError as error:
             raise self._unavailable(error) from None
         return None if raw is None else _decode(raw)
+
+    async def recall(self, tenant: str, response_ids: tuple[str, ...]) -> list[StoredResponse | None]:
+        """Earlier turns of a conversation being continued, in one round trip, each kept ``ttl_s`` from now
+        (``GETEX``), so a conversation lasts as long as it is continued, as its last turn does."""
+        if not response_ids:
+            return []
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for response_id in response_ids:
+                    pipe.getex(self.key(tenant, response_id), px=self.ttl_ms)
+                found = await pipe.execute()
+        except RedisError as error:
+            raise self._unavailable(error) from None
+        return [None if raw is None else _decode(raw) for raw in found]
 
     async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None:
         try:

@@ -285,7 +285,7 @@ class Preparation:
                                view.model, salt)
         tap = None
         if self.endpoint == "responses" and planned is not None:
-            tap = responses_answer(self.gateway, tenant, planned.shaped.body, prompt.previous)
+            tap = responses_answer(self.gateway, tenant, planned.shaped.body, prompt)
         return Outgoing(self.record.route, raw, view.stream, view.model, placement, self.headers, prompt.fallback,
                         hide_usage=plan is not None and plan.ask_usage, tap=tap)
 

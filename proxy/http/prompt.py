@@ -41,11 +41,11 @@ class Prompt:
     pieces: Pieces | None = None  # the prompt as rendered, for the prefix meter, admission and replica choice
     fallback: str | None = None  # evidence to answer with if the model cannot
     # The Responses API: the conversation as the chat template reads it (for the replica's KV match),
-    # the input items a continued turn took from its stored response, and that response's id.
+    # the input items a continued turn took from its stored turns, the id it continues, and every turn's id.
     conversation: dict[str, Any] | None = None
     history: int = 0
     previous: str | None = None
-
+    earlier: tuple[str, ...] = ()  # the ids of the conversation's turns so far, the first first
     @property
     def body(self) -> dict[str, Any]:
         """The latest stage."""

@@ -13,6 +13,8 @@ from typing import Any
 from policies.admission.refusals import Refused
 from policies.prompt.responses import (
     continued,
+    conversation_too_long,
+    history,
     input_messages,
     response_not_found,
     responses_messages,
@@ -32,17 +34,31 @@ from proxy.wire.headers import RequestHeaders, ResponseHeaders
 
 
 async def recall(gateway: Gateway, prompt: Prompt, tenant: TenantPolicy) -> None:
-    """A turn with ``previous_response_id``: the whole conversation, from the tenant's stored response
-    (raises the 404 of an id this tenant has no response under, or the store's 503)."""
+    """A turn with ``previous_response_id``: the whole conversation, from the tenant's stored turns: the one named,
+    then in one more read the earlier ones it links to. Raises the 404 of an id this tenant has no response under
+    (the one named, or an earlier turn deleted or gone), the 400 of a conversation longer than a request may be
+    (``server.max_messages`` items), or the store's 503."""
     previous = prompt.body.get("previous_response_id")
     if previous is None:
         return
-    stored = await gateway.responses.get(tenant.name, previous)
+    (stored,) = await gateway.responses.recall(tenant.name, (previous,))  # each turn read is kept ttl_s from now
     if stored is None:
         raise Refused(response_not_found(previous, "previous_response_id"))
-    prompt.recalled = continued(prompt.received, stored)
-    prompt.history = len(stored.input) + len(stored.output)
+    limit = gateway.input_limits.max_messages
+    if len(stored.earlier) > limit:  # each turn adds an item at least: too long before a read of them
+        raise Refused(conversation_too_long(len(stored.earlier), limit))
+    turns = await gateway.responses.recall(tenant.name, stored.earlier)
+    found = [turn for turn in turns if turn is not None]
+    if len(found) < len(turns):
+        gone = next(turn_id for turn_id, turn in zip(stored.earlier, turns, strict=True) if turn is None)
+        raise Refused(response_not_found(gone, "previous_response_id"))
+    items = history([*found, stored])
+    if len(items) > limit:
+        raise Refused(conversation_too_long(len(items), limit))
+    prompt.recalled = continued(prompt.received, items)
+    prompt.history = len(items)
     prompt.previous = previous
+    prompt.earlier = (*stored.earlier, previous)
 
 
 async def shape_responses(gateway: Gateway, prompt: Prompt, tenant: TenantPolicy, headers: RequestHeaders,
@@ -74,8 +90,8 @@ def check_pool(pool: Pool) -> None:
                                      "/v1/chat/completions to it.", param="model", code="unsupported_endpoint"))
 
 
-def responses_answer(gateway: Gateway, tenant: TenantPolicy, body: dict[str, Any],
-                     previous: str | None) -> ResponsesAnswer:
-    """What the relay reads of the answer; it keeps the response unless the request says ``store: false``."""
+def responses_answer(gateway: Gateway, tenant: TenantPolicy, body: dict[str, Any], prompt: Prompt) -> ResponsesAnswer:
+    """What the relay reads of the answer; it keeps the response (the items this turn added, linked to the turns
+    recalled) unless the request says ``store: false``."""
     store = gateway.responses if body.get("store") is not False else None
-    return ResponsesAnswer(store, tenant.name, body, previous)
+    return ResponsesAnswer(store, tenant.name, body, prompt.previous, prompt.history, prompt.earlier)

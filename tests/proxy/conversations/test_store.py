@@ -136,6 +136,24 @@ async def test_redis_keeps_puts_gets_and_deletes_with_the_ttl(settings: RedisCon
         await store.aclose()
 
 
+async def test_redis_recalls_a_conversations_turns_in_one_trip_and_keeps_them_the_ttl_again(
+        settings: RedisConfig) -> None:
+    store = RedisResponses(settings, ttl_s=DAY_S)
+    client = aioredis.from_url(settings.url)
+    try:
+        await store.put("acme", "resp_1", stored("One."))
+        await store.put("acme", "resp_2", stored("Two."))
+        for key in await client.keys("prefixgate:responses:*"):
+            await client.pexpire(key, 5_000)  # as if written a day less five seconds ago
+        assert await store.recall("acme", ("resp_1", "resp_gone", "resp_2")) == [stored("One."), None, stored("Two.")]
+        assert await store.recall("acme", ()) == []
+        for key in await client.keys("prefixgate:responses:*"):
+            assert await client.pttl(key) > DAY_S * 1000 - 60_000  # a day again from the recall
+    finally:
+        await client.aclose()
+        await store.aclose()
+
+
 async def test_a_response_in_redis_is_its_tenants_alone(settings: RedisConfig) -> None:
     store = RedisResponses(settings, ttl_s=DAY_S)
     try:
@@ -157,7 +175,7 @@ async def test_a_stopped_redis_is_refused_with_state_unavailable(settings: Redis
         await store.put("acme", "resp_1", stored())
         redis_server.stop()
         for call in (store.get("acme", "resp_1"), store.put("acme", "resp_2", stored()),
-                     store.delete("acme", "resp_1")):
+                     store.delete("acme", "resp_1"), store.recall("acme", ("resp_1",))):
             with pytest.raises(Refused) as refused:
                 await call
             assert refused.value.refusal == StateUnavailable(3)

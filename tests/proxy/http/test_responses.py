@@ -320,6 +320,82 @@ def test_get_answers_the_stored_response_and_delete_forgets_it(client: TestClien
     assert len(upstreams.calls) == len(upstreams.posts())  # GET and DELETE are answered by the gateway
 
 
+def _conversation(clock: FakeClock, tmp_path: Path, engine: Engine, **server: Any) -> Iterator[TestClient]:
+    config = {"pools": [pool("p", A, **QUIET)], "auth": {"keys": [{"tenant": "acme", "key": ACME}]},
+              "prompt": {"volatile": "keep"}, "server": server}
+    return in_memory_gateway(config, MockUpstreams(engine), clock, tmp_path)
+
+
+def test_a_long_conversation_is_stored_once_and_recalled_whole(engine: Engine, tmp_path: Path) -> None:
+    """Each stored turn keeps what it added, linked to the turns before: twelve turns store twelve inputs, not
+    1 + 2 + ... + 12, and the twelfth is still sent the whole conversation, in order."""
+    with _conversation(FakeClock(), tmp_path, engine) as client:
+        previous = None
+        for turn in range(1, 13):
+            extra = {"previous_response_id": previous} if previous else {}
+            answer = _create(client, input=f"Turn {turn}.", **extra)
+            assert answer.status_code == 200, answer.text
+            previous = answer.json()["id"]
+        store = client.app_state["gateway"].responses
+        kept = [orjson.loads(raw) for raw in store.entries.values()]
+        assert len(kept) == 12 and all(len(entry["input"]) == 1 for entry in kept)
+        assert max(len(entry["earlier"]) for entry in kept) == 11
+        sent = orjson.loads(engine_calls(client)[-1])["input"]
+        assert [item["content"] for item in sent[::2]] == [f"Turn {turn}." for turn in range(1, 13)]
+        assert [item["content"][0]["text"] for item in sent[1::2]] == [f"Answer {n}." for n in range(1, 12)]
+
+
+def engine_calls(client: TestClient) -> list[bytes]:
+    return [call.body for call in client.app_state["gateway"].upstreams.by_name["p"].replicas[0].transport.calls
+            if call.method == "POST"]
+
+
+def test_a_conversation_whose_earlier_turn_is_gone_or_too_long_is_refused_naming_it(
+        engine: Engine, tmp_path: Path) -> None:
+    with _conversation(FakeClock(), tmp_path, engine, max_messages=5) as client:
+        ids = []
+        for turn in range(3):
+            extra = {"previous_response_id": ids[-1]} if ids else {}
+            answer = _create(client, input=f"Turn {turn}.", **extra)
+            assert answer.status_code == 200, answer.text
+            ids.append(answer.json()["id"])
+        too_long = _create(client, input="Turn 3.", previous_response_id=ids[-1])  # 6 items with this turn's
+        assert too_long.status_code == 400 and too_long.json()["error"]["code"] == "conversation_too_long"
+        assert too_long.json()["error"]["param"] == "previous_response_id"
+        assert _delete(client, ids[0]).status_code == 200
+        gone = _create(client, input="Again.", previous_response_id=ids[1])
+        assert gone.status_code == 404 and ids[0] in gone.json()["error"]["message"]
+
+
+def test_a_conversation_lasts_as_long_as_it_is_continued(engine: Engine, tmp_path: Path) -> None:
+    """Its turns are kept responses.ttl_s from the last time it was continued, as a self-contained last turn was:
+    a conversation continued every 20 days of a 30-day TTL goes on, its first turn read each time."""
+    clock = FakeClock()
+    with _conversation(clock, tmp_path, engine) as client:
+        previous = _create(client, input="Turn 0.").json()["id"]
+        for turn in range(1, 4):
+            clock.advance(20 * 86_400)
+            answer = _create(client, input=f"Turn {turn}.", previous_response_id=previous)
+            assert answer.status_code == 200, answer.text
+            previous = answer.json()["id"]
+        clock.advance(31 * 86_400)
+        assert _create(client, input="Late.", previous_response_id=previous).status_code == 404
+
+
+def test_a_response_stored_before_turns_were_linked_is_continued(engine: Engine, tmp_path: Path) -> None:
+    """An entry of the older form holds its whole conversation's input and no links: it is continued as it was."""
+    with _conversation(FakeClock(), tmp_path, engine) as client:
+        store = client.app_state["gateway"].responses
+        output = [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Two."}]}]
+        old = {"input": [{"role": "user", "content": "One."}, {"role": "user", "content": "Two?"}],
+               "response": {"id": "resp_old", "status": "completed", "output": output}}
+        store.entries[("acme", "resp_old")] = orjson.dumps(old)
+        answer = _create(client, input="Three?", previous_response_id="resp_old")
+        assert answer.status_code == 200, answer.text
+        assert orjson.loads(engine_calls(client)[-1])["input"] == [*old["input"], *output,
+                                                                    {"role": "user", "content": "Three?"}]
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_store_false_keeps_nothing_to_fetch_or_continue(client: TestClient, stream: bool) -> None:
     answer = _create(client, store=False, stream=stream)
