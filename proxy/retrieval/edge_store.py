@@ -8,9 +8,9 @@ Python: docs/benchmarks.md has both at 1k to 100k chunks.
 
 An engine belongs to the process that opens it and writes in its folder on every open and close, so
 collections live as ``Generations`` that no engine opens once published: each gateway worker searches
-its own copy of the published generation (``open_copy``) and copies a newer one when it polls
-``versions``; an ingest, in any process, writes a copy and publishes it when it ends. Ingest therefore
-runs beside live gateways, two ingests of one collection take turns, and a killed ingest changes nothing.
+its own copy of the published generation (``open_copy``), made when it polls ``versions`` (never by a
+search); an ingest, in any process, writes a copy and publishes it when it ends. Ingest therefore runs
+beside live gateways, two ingests of one collection take turns, and a killed ingest changes nothing.
 
 Every engine call runs in one worker thread, never on the event loop.
 """
@@ -90,10 +90,8 @@ class EdgeStore(VectorStore):
     # -- opening generations (in the engine's thread, or a side thread for loads) --
 
     def reading(self, collection: str, *, copy: bool = True) -> Generation | None:
-        """The generation a read uses: this process's own ingest under way, else the published one. With
-        ``copy`` false (a search, on a request's path) a collection this process holds no copy of yet reads as
-        missing rather than being copied there and then: ``versions`` (polled) and the end of an ingest open
-        copies off that path."""
+        """The generation a read uses: this process's own ingest under way, else the published one; with ``copy``
+        false (a search) one this process has no copy of yet reads as missing rather than copied on the spot."""
         writer = self._writers.get(collection)
         if writer is not None:
             return writer.generation
@@ -138,8 +136,7 @@ class EdgeStore(VectorStore):
             lock.__exit__(None, None, None)
         await self._open_reader(collection)  # this process's searches read what it published, copied here
 
-    async def _open_reader(self, collection: str) -> None:
-        """Copy the published generation (in a side thread: seconds for a big collection) and read it from now on."""
+    async def _open_reader(self, collection: str) -> None:  # a copy in a side thread: seconds for a big one
         fresh = await asyncio.to_thread(open_copy, self._generations(collection))
         if fresh is not None:
             await self.run(self._swap, collection, fresh)
@@ -285,8 +282,7 @@ class EdgeStore(VectorStore):
         return found
 
     async def versions(self) -> dict[tuple[str, str], str]:
-        """Also opens this process's copy of every collection published since it last looked, a new one or a newer
-        generation, so no search waits for a copy."""
+        """Also copies every collection published since this process last looked (new, or a newer generation)."""
         versions: dict[tuple[str, str], str] = {}
         for collection, (path, manifest) in (await asyncio.to_thread(self._published)).items():
             reader = self._readers.get(collection)
