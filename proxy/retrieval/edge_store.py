@@ -97,9 +97,7 @@ class EdgeStore(VectorStore):
             return writer.generation
         reader = self._readers.get(collection)
         if reader is None:
-            if not copy:
-                return None
-            reader = open_copy(self._generations(collection))
+            reader = open_copy(self._generations(collection)) if copy else None
             if reader is None:
                 return None
             self._readers[collection] = reader
@@ -299,5 +297,3 @@ class EdgeStore(VectorStore):
 
         await self.run(close_all)
         self._thread.shutdown(wait=False)
-
-
