@@ -95,7 +95,8 @@ def _note_at_the_end(messages: list[Any], first: int, note: str) -> None:
     appended to the last tool output of the turn, else as a user message of its own."""
     for index in range(len(messages) - 1, first - 1, -1):
         item = messages[index]
-        if isinstance(item, dict) and item.get("type") == "function_call_output" and isinstance(item.get("output"), str):
+        if isinstance(item, dict) and item.get("type") == "function_call_output" \
+                and isinstance(item.get("output"), str):
             messages[index] = {**item, "output": f"{item['output']}\n\n{note}"}
             return
     messages.append({"role": "user", "content": note})

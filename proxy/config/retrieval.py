@@ -89,8 +89,9 @@ class TenantRetrieval(_Frozen):
     """most tokens of passages (estimated at 4 characters each)"""
     search: Literal["hybrid", "dense", "bm25"] = "hybrid"
     """how a question meets the chunks: `dense` by meaning (the embedding model), `bm25` by words, `hybrid` both,
-    fused by weighted reciprocal rank (the default: on prefixgate's evaluation it ties `dense` on paraphrased questions
-    and is below `bm25` on keyword ones, and has the best recall@3 of the three over all questions; docs/benchmarks.md)"""
+    fused by weighted reciprocal rank (the default: on prefixgate's evaluation it ties `dense` on paraphrased
+    questions and is below `bm25` on keyword ones, and has the best recall@3 of the three over all questions;
+    docs/benchmarks.md)"""
     dense_weight: float = Field(1.0, gt=0)
     """hybrid: the weight of the dense ranking in the fusion"""
     bm25_weight: float = Field(0.1, gt=0)

@@ -10,8 +10,8 @@ from typing import Any
 
 import orjson
 
-from policies.request.types import RequestView
 from policies.admission.token_caps import requested_output
+from policies.request.types import RequestView
 from policies.routing.continuation import bounded_by, continuable, continuation_body, cut_body, cut_of, stops_of
 from proxy.calls.call import Continuation
 from proxy.calls.continued_answer import ContinuedAnswer

@@ -61,7 +61,8 @@ def _continuation(gateway: Gateway, pool: Pool, reason: str, view: RequestView, 
     if short is None or prediction is None:
         return {}
     threshold, share = short.option.short_threshold, prediction.short_share
-    cut = cut_of(body, threshold, view.output_fields) if may_cut and pool is short and reason not in ("named", "merged") else None
+    starts = may_cut and pool is short and reason not in ("named", "merged")
+    cut = cut_of(body, threshold, view.output_fields) if starts else None
     why = ("the answer may not be cut (tools, response_format, guided decoding, n, logprobs or echo)"
            if not may_cut else "the client named the pool" if reason == "named"
            else f"its own max_tokens fits {threshold}" if pool is short and cut is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from policies.request.types import OUTPUT_FIELDS
 from policies.routing.continuation import (
     Cut,
     SeamStop,
@@ -15,7 +16,6 @@ from policies.routing.continuation import (
     starts_short,
     stops_of,
 )
-from policies.request.types import OUTPUT_FIELDS
 
 FIELDS = OUTPUT_FIELDS["chat"]
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from proxy.retrieval.edge_store import EdgeStore
-from proxy.retrieval.vector_store import MissingCollection
 from proxy.retrieval.generations import folder_name
 from proxy.retrieval.reader_copies import READERS, sweep
 from proxy.retrieval.sparse_copy import copy_tree
+from proxy.retrieval.vector_store import MissingCollection
 from tests.support.edge_writer import stored_chunk
 
 ROOT = Path(__file__).resolve().parents[3]
