@@ -10,7 +10,6 @@ means, are ``REPLICA_REASONS``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Literal
@@ -26,7 +25,7 @@ REPLICA_REASONS: Mapping[str, str] = MappingProxyType({
     "placed": "a prompt no engine holds, on the second of its two ring replicas, whose engine holds fewer blocks or, "
               "holding about as many, has fewer requests in flight (balance kv_events)",
     "rehomed": "held by one engine only, while the emptier of the prompt's two ring replicas holds under 3/4 of that "
-               "engine's blocks and has fewer requests in flight (an engine restarted with an empty cache): moved "
+               "engine's blocks and has no more requests in flight (an engine restarted with an empty cache): moved "
                "there, one cold prefill, so a returned engine takes its share (balance kv_events)",
     "home": "the prompt prefix's own replica on the ring",
     "warm": "another replica that served the prefix lately: less loaded than the home, or the home was over the "
@@ -51,11 +50,9 @@ def least_loaded(in_flight: Sequence[int], healthy: Sequence[bool], start: int) 
 
 
 def held_choice(ring: HashRing, key: int, held: Sequence[int], in_flight: Sequence[int], healthy: Sequence[bool],
-                bound: float, slack: int = 0, held_bound: float = 1.0,
-                footprint: Sequence[int | None] | None = None) -> int | None:
+                bound: float, slack: int = 0, held_bound: float = 1.0, turn: int = 0) -> int | None:
     """The healthy replica holding the most of the prompt's leading blocks (``held[i]``; of replicas holding
-    as many, the one with fewer requests in flight, then the one whose engine holds fewer blocks in all
-    (``footprint[i]``, where known), then the first on the key's ring walk) while its
+    as many, the one with fewer requests in flight, and of those as busy, each in turn: ``turn``) while its
     requests in flight stay within ``held_bound`` x the mean (or the load ``bound`` plus ``slack``,
     whichever allows more); past it, the next longest holder within the same. None when no replica within
     reach holds any block: the ring decides then.
@@ -69,22 +66,22 @@ def held_choice(ring: HashRing, key: int, held: Sequence[int], in_flight: Sequen
 
     Replicas that hold as much cost the prompt the same prefill, so load decides between them at no cost in
     hits: a prompt that went past its holder's allowance once, and is held twice since, shares its requests
-    between the two rather than sending them all back to the busier one until it is full again. As loaded,
-    the emptier engine takes it: at a few requests per engine loads tie most of the time, and the ring's order
-    alone would give a few shared prompts to one engine (an engine back from a restart, holding them too, got
-    a third of the last quarter's requests); by the engines' own reports every gateway breaks the tie alike,
-    and where caches are full (every engine holds as many) the ring's order decides as before."""
+    between the two rather than sending them all back to the busier one until it is full again. Equal holders
+    as busy take it in turn: at a few requests per engine loads tie most of the time, and the ring's order
+    would give every shared prompt's requests to its first holder (an engine back from a restart, holding the
+    prompts too, got a third of the last quarter's requests); both hold it, so the turn costs no hit."""
     live = [index for index in range(ring.size) if healthy[index]]
     if not live or not any(held):  # held nowhere, as most new prompts are: no ring walk to find no holder
         return None
     allowance = max(capacity(in_flight, live, bound) + slack, capacity(in_flight, live, held_bound))
     holders = [index for index in ring.walk(key) if healthy[index] and held[index] > 0]
-    def emptier(index: int) -> float:
-        count = footprint[index] if footprint is not None else None
-        return math.inf if count is None else count
-
-    holders.sort(key=lambda index: (-held[index], in_flight[index], emptier(index)))  # stable: ties keep the walk's
-    return next((index for index in holders if in_flight[index] < allowance), None)
+    holders.sort(key=lambda index: (-held[index], in_flight[index]))  # stable: ties keep the walk's order
+    within = [index for index in holders if in_flight[index] < allowance]
+    if not within:
+        return None
+    best = (held[within[0]], in_flight[within[0]])
+    tied = [index for index in within if (held[index], in_flight[index]) == best]
+    return tied[turn % len(tied)]
 
 
 PLACEMENT_MARGIN = 0.75  # an engine holding under this share of the other's blocks is clearly the emptier
@@ -130,7 +127,7 @@ def rehomed(ring: HashRing, key: int, holder: int, held: Sequence[int], footprin
             in_flight: Sequence[int], healthy: Sequence[bool]) -> int | None:
     """Where a prompt held by ``holder`` alone moves, or None: the replica ``placed_home`` would give it were it
     held nowhere, when that is another replica whose engine holds under ``PLACEMENT_MARGIN`` of the holder's
-    blocks and has fewer requests in flight: the holder is busier, and the other engine has room in its cache.
+    blocks and no more requests in flight.
 
     An engine that comes back after a restart holds nothing, and every prompt is held by the others: held
     choices alone would leave it the new prompts only, for good (in a soak with a kill, 400 answers against the
@@ -144,7 +141,7 @@ def rehomed(ring: HashRing, key: int, holder: int, held: Sequence[int], footprin
     if target is None or target == holder:
         return None
     ours, theirs = footprint[target], footprint[holder]
-    if ours is None or theirs is None or ours >= PLACEMENT_MARGIN * theirs or in_flight[target] >= in_flight[holder]:
+    if ours is None or theirs is None or ours >= PLACEMENT_MARGIN * theirs or in_flight[target] > in_flight[holder]:
         return None
     return target
 
@@ -169,7 +166,7 @@ def pick_replica(in_flight: Sequence[int], healthy: Sequence[bool], *, key: int 
         return None if index is None else (index, "least_loaded")
     home = ring_home = ring.home(key)
     if held is not None:
-        index = held_choice(ring, key, held, in_flight, healthy, bound, home_slack, held_bound, footprint)
+        index = held_choice(ring, key, held, in_flight, healthy, bound, home_slack, held_bound, start)
         if index is not None:
             moved = rehomed(ring, key, index, held, footprint, in_flight, healthy) if footprint is not None else None
             return (index, "held") if moved is None else (moved, "rehomed")

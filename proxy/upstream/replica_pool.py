@@ -97,7 +97,7 @@ class ReplicaPool(Pool):
         if len(replicas) == 1 and not replicas[0].health.tripped:
             return Picked(replicas[0], "single", placement.held_tokens(0))
         warm = self._warm.mask(key) if self._warm is not None and key is not None else 0
-        start = next(self._turn) if key is None else 0  # the least-loaded rotation, as in ``alternate``
+        start = next(self._turn)  # the turn among equals: least loaded (as in ``alternate``), or equal holders
         index, reason = self._choose(key, placement.held, warm, start)
         if self._warm is not None and key is not None:
             self._warm.remember(key, warm | 1 << index)

@@ -197,8 +197,7 @@ def test_a_held_list_counts_the_replicas_of_the_pool_that_picks() -> None:
 def test_a_prompt_only_a_far_fuller_engine_holds_moves_once_to_the_emptier_of_its_ring_pair() -> None:
     """Two engines, one restarted with an empty cache: the other holds every prompt. A prompt held there alone
     moves to the restarted one (one cold prefill) while that one holds under 3/4 as many blocks and is no busier;
-    once held twice, once the footprints are within the margin, or unless the holder is the busier, the holder
-    keeps it."""
+    once held twice, once the footprints are within the margin, or where the other is busier, the holder keeps it."""
     ring = HashRing(["http://r0/v1", "http://r1/v1"])
 
     def pick(held: list[int], footprint: list[int | None], loads: list[int]) -> tuple[int, str] | None:
@@ -212,7 +211,10 @@ def test_a_prompt_only_a_far_fuller_engine_holds_moves_once_to_the_emptier_of_it
         busy = [0, 0]
         busy[holder] = 2  # the holder serves every request
         assert pick(held, footprint, busy) == (back, "rehomed")  # the restarted engine holds nothing yet
-        assert pick(held, footprint, [1, 1]) == (holder, "held")  # as busy: the cached prompt is worth more
+        assert pick(held, footprint, [1, 1]) == (back, "rehomed")  # as busy: it moves too
+        idle = [0, 0]
+        idle[back] = 1
+        assert pick(held, footprint, idle) == (holder, "held")  # the emptier one is the busier: it stays
         footprint[back] = 700  # within the margin: prompts stay where they are held
         assert pick(held, footprint, busy) == (holder, "held")
         footprint[back] = 100
@@ -223,22 +225,15 @@ def test_a_prompt_only_a_far_fuller_engine_holds_moves_once_to_the_emptier_of_it
         assert pick(held, footprint, busy) == (holder, "held")
 
 
-def test_between_equal_holders_as_busy_the_emptier_engine_takes_the_prompt() -> None:
-    """Two engines hold the prompt alike and are as busy: the one whose engine holds fewer blocks in all takes it
-    (the same choice in every gateway), not the first on the ring every time; unreported, the ring decides."""
+def test_equal_holders_as_busy_take_the_prompt_in_turn() -> None:
+    """Two engines hold the prompt alike and are as busy: they take its requests in turn, not the first on the
+    ring every time; a busier one, or one holding less, does not."""
     ring = HashRing(["http://r0/v1", "http://r1/v1"])
-    first = ring.home(KEY)
-    other = 1 - first
 
-    def pick(footprint: list[int | None] | None, loads: list[int]) -> tuple[int, str] | None:
-        return pick_replica(loads, [True, True], key=KEY, ring=ring, bound=1.25, home_slack=1, warm=0, start=0,
-                            held=[4, 4], footprint=footprint, held_bound=3.0)
+    def pick(held: list[int], loads: list[int], turn: int) -> tuple[int, str] | None:
+        return pick_replica(loads, [True, True], key=KEY, ring=ring, bound=1.25, home_slack=1, warm=0, start=turn,
+                            held=held, footprint=[900, 900], held_bound=3.0)
 
-    footprint: list[int | None] = [0, 0]
-    footprint[first], footprint[other] = 900, 800
-    assert pick(footprint, [1, 1]) == (other, "held")
-    loads = [1, 1]
-    loads[other] = 2  # busier: load comes first
-    assert pick(footprint, loads) == (first, "held")
-    assert pick([900, 900], [1, 1]) == (first, "held")  # full alike: the ring's order
-    assert pick(None, [1, 1]) == (first, "held")
+    assert {pick([4, 4], [1, 1], turn) for turn in range(4)} == {(0, "held"), (1, "held")}
+    assert {pick([4, 4], [2, 1], turn) for turn in range(4)} == {(1, "held")}
+    assert {pick([4, 3], [1, 1], turn) for turn in range(4)} == {(0, "held")}

@@ -65,13 +65,19 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def _holds(pool: Pool, replica: int, body: dict[str, Any]) -> int:
     """As if the engine of the pool's replica ``replica`` had reported caching the prompt's blocks (its KV
-    events); returns how many."""
+    events), and every other engine as many blocks of another prompt (engines alike full: the prompt is not
+    moved to an emptier one); returns how many."""
     kv = pool.kv
     assert kv is not None
     tokens = kv.tokens.of_body(body)
-    assert tokens is not None
+    other = kv.tokens.of_body({**body, "messages": [{"role": "system", "content": "Another app. " * 90}]})
+    assert tokens is not None and other is not None
     count = len(tokens) // BLOCK
     kv.index.stored(replica, None, [f"{pool.name}-{replica}-{n}" for n in range(count)], tokens[:count * BLOCK], BLOCK)
+    for number in range(len(pool.replicas)):
+        if number != replica:
+            kv.index.stored(number, None, [f"{pool.name}-{number}-other-{n}" for n in range(count)],
+                            other[:count * BLOCK], BLOCK)
     for feed in kv.feeds:
         feed.state.block_size, feed.state.last_seq = BLOCK, 0
     return count
