@@ -144,9 +144,9 @@ class UpstreamConfig(_Frozen):
     rendered prompt's first `affinity_chars` characters, the model and the cache salt, so every prefixgate process
     picks the same engine with no shared state), within `load_bound`; `kv_events` sends a prompt to the replica
     whose engine holds the longest part of it now, by the blocks the engines report (`kv_events`; of engines holding
-    as much, the less loaded, then the emptier), while that replica's requests in flight stay within
+    as much, the less loaded, and of those as busy each in turn), while that replica's requests in flight stay within
     `kv_events.held_bound` times the pool's mean; a prompt one engine alone holds moves once to the emptier of its
-    two ring replicas where that engine holds under 3/4 as many blocks and is less busy (an engine back from a
+    two ring replicas where that engine holds under 3/4 as many blocks and is no busier (an engine back from a
     restart); a prompt no engine holds within that goes to the emptier of its two replicas on the ring (by the
     blocks their engines report; the less loaded where both hold about as many), from there within `load_bound` as
     with `prefix`; `least_loaded` takes the replica with the fewest requests in flight"""
