@@ -26,6 +26,7 @@ SMALL_TOKENS=${SMALL_TOKENS:-26800}   # a quarter of the prompts' tokens, as on 
 DEADLINE=${DEADLINE:-570}  # seconds from the start by which both phases are done (a device command's limit)
 AMPLE_CASES=${AMPLE_CASES:-"round-robin;prefixgate;prefixgate, KV events;prefixgate, KV events, four processes"}
 SMALL_CASES=${SMALL_CASES:-"round-robin;prefixgate;prefixgate, KV events"}
+PHASES=${PHASES:-"ample small"}  # which phases run: "ample" alone gives its passes the whole DEADLINE
 source tests/bench/gpu_kit.sh
 prepare || exit 1
 PYTHONPATH="$GATEWAY_SITE:$SITE" python3 -c "import proxy.commands.cli, proxy.kv_events.routing, tests.bench.routing" \
@@ -89,6 +90,7 @@ phase() {  # name, first port, KV tokens, batch slots, cases, share of the time 
   stop_engines
 }
 
-phase routing_kv_gpu 8000 "$AMPLE_TOKENS" 256 "$AMPLE_CASES" 55 100  # 100 s kept for the next engines' start
-phase routing_kv_gpu_constrained 8010 "$SMALL_TOKENS" 4 "$SMALL_CASES" 100 40
+case " $PHASES " in *" small "*) share=55 reserve=100 ;; *) share=100 reserve=40 ;; esac  # 100 s: the next start
+case " $PHASES " in *" ample "*) phase routing_kv_gpu 8000 "$AMPLE_TOKENS" 256 "$AMPLE_CASES" "$share" "$reserve" ;; esac
+case " $PHASES " in *" small "*) phase routing_kv_gpu_constrained 8010 "$SMALL_TOKENS" 4 "$SMALL_CASES" 100 40 ;; esac
 elapsed "done"
