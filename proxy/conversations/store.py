@@ -27,7 +27,11 @@ from proxy.config.responses import ResponsesConfig
 
 log = logging.getLogger("prefixgate")
 
-REDIS_PREFIX = b"prefixgate:responses:"
+REDIS_PREFIX = b"prefixgate:turns:"  # a turn linked to the turns before it (``earlier``)
+# Where responses were kept before turns were linked, each with its whole conversation's input: still read, never
+# written, so a gateway of the older form sharing the Redis finds no linked turn (a 404) rather than reading one
+# as a whole conversation and sending the engine a cut history.
+OLD_REDIS_PREFIX = b"prefixgate:responses:"
 # What one entry holds besides its bytes: the bytes object's header, the (tenant, id) key and its strings,
 # the cache's own bookkeeping and its tables' slack (traced: 440 to 630 bytes with a 37-character id).
 ENTRY_OVERHEAD = 768
@@ -87,6 +91,8 @@ class MemoryResponses:
         return found
 
     async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None:
+        """Keep a turn, and its earlier turns ``ttl_s`` from now too: none expires before the turn that needs it."""
+        await self.recall(tenant, stored.earlier)
         raw = bytes(memoryview(_encode(stored)))  # exact size: orjson's own buffer is larger
         if _held(raw) <= self.entries.maxsize:
             self.entries[(tenant, response_id)] = raw
@@ -116,40 +122,57 @@ class RedisResponses:
         self.retry_s = settings.retry_s
 
     @staticmethod
-    def key(tenant: str, response_id: str) -> bytes:
+    def key(tenant: str, response_id: str, prefix: bytes = REDIS_PREFIX) -> bytes:
         name = tenant.encode()
-        return REDIS_PREFIX + str(len(name)).encode() + b":" + name + b":" + response_id.encode()
+        return prefix + str(len(name)).encode() + b":" + name + b":" + response_id.encode()
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
         try:
             raw = await self.redis.get(self.key(tenant, response_id))
+            if raw is None:
+                raw = await self.redis.get(self.key(tenant, response_id, OLD_REDIS_PREFIX))
         except RedisError as error:
             raise self._unavailable(error) from None
         return None if raw is None else _decode(raw)
 
     async def recall(self, tenant: str, response_ids: tuple[str, ...]) -> list[StoredResponse | None]:
-        """Earlier turns of a conversation being continued, in one round trip, each kept ``ttl_s`` from now
-        (``GETEX``), so a conversation lasts as long as it is continued, as its last turn does."""
-        if not response_ids:
-            return []
+        """Turns of a conversation being continued, in one round trip (a second for any kept in the older form), each
+        kept ``ttl_s`` from now (``GETEX``), so a conversation lasts as long as it is continued, as its last turn does."""
         try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for response_id in response_ids:
-                    pipe.getex(self.key(tenant, response_id), px=self.ttl_ms)
-                found = await pipe.execute()
+            found = await self._read(tenant, response_ids, REDIS_PREFIX)
+            missing = tuple(response_id for response_id, raw in zip(response_ids, found, strict=True) if raw is None)
+            if missing:
+                older = iter(await self._read(tenant, missing, OLD_REDIS_PREFIX))
+                found = [raw if raw is not None else next(older) for raw in found]
         except RedisError as error:
             raise self._unavailable(error) from None
         return [None if raw is None else _decode(raw) for raw in found]
 
+    async def _read(self, tenant: str, response_ids: tuple[str, ...], prefix: bytes) -> list[bytes | None]:
+        if not response_ids:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for response_id in response_ids:
+                pipe.getex(self.key(tenant, response_id, prefix), px=self.ttl_ms)
+            return list(await pipe.execute())
+
     async def put(self, tenant: str, response_id: str, stored: StoredResponse) -> None:
+        """Keep a turn, and its earlier turns ``ttl_s`` from now too (one round trip): none expires before the turn
+        that needs it."""
         try:
-            await self.redis.set(self.key(tenant, response_id), _encode(stored), px=self.ttl_ms)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.set(self.key(tenant, response_id), _encode(stored), px=self.ttl_ms)
+                for earlier in stored.earlier:
+                    pipe.pexpire(self.key(tenant, earlier), self.ttl_ms)
+                    pipe.pexpire(self.key(tenant, earlier, OLD_REDIS_PREFIX), self.ttl_ms)
+                await pipe.execute()
         except RedisError as error:
             raise self._unavailable(error) from None
 
     async def delete(self, tenant: str, response_id: str) -> bool:
         try:
-            return bool(await self.redis.delete(self.key(tenant, response_id)))
+            return bool(await self.redis.delete(self.key(tenant, response_id),
+                                                self.key(tenant, response_id, OLD_REDIS_PREFIX)))
         except RedisError as error:
             raise self._unavailable(error) from None
 

@@ -15,6 +15,7 @@ from policies.prompt.responses import (
     continued,
     conversation_too_long,
     history,
+    input_items,
     input_messages,
     response_not_found,
     responses_messages,
@@ -53,8 +54,9 @@ async def recall(gateway: Gateway, prompt: Prompt, tenant: TenantPolicy) -> None
         gone = next(turn_id for turn_id, turn in zip(stored.earlier, turns, strict=True) if turn is None)
         raise Refused(response_not_found(gone, "previous_response_id"))
     items = history([*found, stored])
-    if len(items) > limit:
-        raise Refused(conversation_too_long(len(items), limit))
+    whole = len(items) + len(input_items(prompt.received["input"]))  # with this turn's own
+    if whole > limit:
+        raise Refused(conversation_too_long(whole, limit))
     prompt.recalled = continued(prompt.received, items)
     prompt.history = len(items)
     prompt.previous = previous

@@ -1,24 +1,22 @@
 """The embedded default: chunks in Qdrant's own engine (``qdrant_edge``) inside this process, under a folder.
 
-One shard per collection holds every tenant's chunks, with the tenant as an indexed tenant key, one HNSW
-graph per tenant, a dense and a BM25 vector per chunk; a second shard holds the document records.
-Qdrant's engine runs the search (HNSW over int8 copies of the vectors, rescored; payload index; IDF;
-fusion) in Rust, where the previous embedded store (qdrant-client's local mode) scanned every point in
-Python: docs/benchmarks.md has both at 1k to 100k chunks.
+One shard per collection holds every tenant's chunks (the tenant an indexed key, one HNSW graph per tenant, a
+dense and a BM25 vector per chunk); a second shard holds the document records. Qdrant's engine runs the search in
+Rust, where the previous embedded store (qdrant-client's local mode) scanned every point in Python:
+docs/benchmarks.md has both at 1k to 100k chunks.
 
-An engine belongs to the process that opens it and writes in its folder on every open and close, so
-collections live as ``Generations`` that no engine opens once published: each gateway worker searches
-its own copy of the published generation (``open_copy``), made when it polls ``versions`` (never by a
-search); an ingest, in any process, writes a copy and publishes it when it ends. Ingest therefore runs
-beside live gateways, two ingests of one collection take turns, and a killed ingest changes nothing.
-
-Every engine call runs in one worker thread, never on the event loop.
+An engine belongs to the process that opens it and writes in its folder on every open and close, so collections
+live as ``Generations`` that no engine opens once published: each gateway worker searches its own copy of the
+published generation (``open_copy``), made when it polls ``versions`` (never by a search); an ingest, in any
+process, writes a copy and publishes it when it ends. Ingest runs beside live gateways, two ingests of one
+collection take turns, and a killed ingest changes nothing. Every engine call runs in one worker thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -55,6 +53,8 @@ from proxy.retrieval.vector_store import (
 
 __all__ = ["EdgeStore", "LocalModeFolder", "holds_local_mode"]
 
+log = logging.getLogger("prefixgate")
+
 
 @dataclass
 class _Writer:
@@ -87,8 +87,6 @@ class EdgeStore(VectorStore):
     def _generations(self, collection: str) -> Generations:
         return Generations(self.root / folder_name(collection))
 
-    # -- opening generations (in the engine's thread, or a side thread for loads) --
-
     def reading(self, collection: str, *, copy: bool = True) -> Generation | None:
         """The generation a read uses: this process's own ingest under way, else the published one; with ``copy``
         false (a search) one this process has no copy of yet reads as missing rather than copied on the spot."""
@@ -102,8 +100,6 @@ class EdgeStore(VectorStore):
                 return None
             self._readers[collection] = reader
         return reader.generation
-
-    # -- writing --
 
     @asynccontextmanager
     async def writing(self, collection: str, tenant: str) -> AsyncIterator[None]:
@@ -132,10 +128,16 @@ class EdgeStore(VectorStore):
             await self.run(self._publish, collection)
         finally:
             lock.__exit__(None, None, None)
-        await self._open_reader(collection)  # this process's searches read what it published, copied here
+        await self._open_reader(collection)  # its searches read what it published (its old copy meanwhile)
 
-    async def _open_reader(self, collection: str) -> None:  # a copy in a side thread: seconds for a big one
-        fresh = await asyncio.to_thread(open_copy, self._generations(collection))
+    async def _open_reader(self, collection: str) -> None:
+        """Copy the published generation in a side thread (seconds for a big one) and search it from then on; a copy
+        that fails is logged, and the copy in use (if any) stays: the next poll tries again."""
+        try:
+            fresh = await asyncio.to_thread(open_copy, self._generations(collection))
+        except Exception:
+            log.warning("could not copy collection %s; searches read the copy they had", collection, exc_info=True)
+            return
         if fresh is not None:
             await self.run(self._swap, collection, fresh)
 
@@ -167,9 +169,6 @@ class EdgeStore(VectorStore):
         generation.manifest["versions"].update({tenant: version for tenant in writer.tenants})
         (generation.path / MANIFEST).write_text(json.dumps(generation.manifest))
         writer.generations.publish(generation.path)  # closed above: from here on no engine opens it
-        old = self._readers.pop(collection, None)  # ``writing`` opens a copy of what it just published
-        if old is not None:
-            old.close()
 
     def _swap(self, collection: str, fresh: OpenCopy) -> None:
         old = self._readers.get(collection)
@@ -221,8 +220,6 @@ class EdgeStore(VectorStore):
             return int(generation.chunks.count(edge.CountRequest(exact=True, filter=tenant_filter(tenant))))
 
         return int(await self.run(count))
-
-    # -- searching --
 
     def _search_collection(self, collection: str, queries: list[SearchQuery]) -> list[list[Chunk] | Exception]:
         generation = self.reading(collection, copy=False)

@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 from policies.admission.refusals import Refused, StateUnavailable
 from policies.prompt.responses import StoredResponse
 from proxy.config.redis import RedisConfig
-from proxy.conversations.store import ENTRY_OVERHEAD, MemoryResponses, RedisResponses, _encode
+from proxy.conversations.store import ENTRY_OVERHEAD, OLD_REDIS_PREFIX, MemoryResponses, RedisResponses, _encode
 from tests.support import fake_responses
 from tests.support.clock import FakeClock
 from tests.support.configs import pool
@@ -126,7 +126,7 @@ async def test_redis_keeps_puts_gets_and_deletes_with_the_ttl(settings: RedisCon
     try:
         await store.put("acme", "resp_1", stored())
         assert await store.get("acme", "resp_1") == stored()
-        keys = await client.keys("prefixgate:responses:*")
+        keys = await client.keys("prefixgate:turns:*")
         assert len(keys) == 1 and 0 < await client.pttl(keys[0]) <= DAY_S * 1000
         assert await store.delete("acme", "resp_1") is True
         assert await store.get("acme", "resp_1") is None
@@ -143,11 +143,11 @@ async def test_redis_recalls_a_conversations_turns_in_one_trip_and_keeps_them_th
     try:
         await store.put("acme", "resp_1", stored("One."))
         await store.put("acme", "resp_2", stored("Two."))
-        for key in await client.keys("prefixgate:responses:*"):
+        for key in await client.keys("prefixgate:turns:*"):
             await client.pexpire(key, 5_000)  # as if written a day less five seconds ago
         assert await store.recall("acme", ("resp_1", "resp_gone", "resp_2")) == [stored("One."), None, stored("Two.")]
         assert await store.recall("acme", ()) == []
-        for key in await client.keys("prefixgate:responses:*"):
+        for key in await client.keys("prefixgate:turns:*"):
             assert await client.pttl(key) > DAY_S * 1000 - 60_000  # a day again from the recall
     finally:
         await client.aclose()
@@ -261,3 +261,25 @@ def test_with_redis_down_stored_responses_are_a_503_with_retry_after_and_new_one
         assert "answered but not stored" in caplog.text
         redis_server.start()  # same port, empty
         assert fetch(client, response_id).status_code == 404
+
+
+async def test_redis_reads_responses_kept_in_the_older_form_and_writes_them_where_older_gateways_look_not(
+        settings: RedisConfig) -> None:
+    """A response kept before turns were linked (its whole conversation's input, under the older prefix) is read,
+    continued and deleted; a linked turn is written under another prefix, so a gateway of the older form finds no
+    response there (a 404) rather than taking one turn's input for the whole conversation."""
+    store = RedisResponses(settings, ttl_s=DAY_S)
+    client = aioredis.from_url(settings.url)
+    try:
+        old = RedisResponses.key("acme", "resp_old", OLD_REDIS_PREFIX)
+        await client.set(old, orjson.dumps({"input": [{"role": "user", "content": "Hi."}],
+                                            "response": stored().response}))
+        assert await store.get("acme", "resp_old") == stored()
+        assert await store.recall("acme", ("resp_old",)) == [stored()]
+        await store.put("acme", "resp_new", stored("Two.")._replace(earlier=("resp_old",)))
+        assert await client.exists(RedisResponses.key("acme", "resp_new", OLD_REDIS_PREFIX)) == 0
+        assert 0 < await client.pttl(old) <= DAY_S * 1000  # kept as long as the turn that needs it
+        assert await store.delete("acme", "resp_old") is True and await client.exists(old) == 0
+    finally:
+        await client.aclose()
+        await store.aclose()

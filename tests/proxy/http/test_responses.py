@@ -352,14 +352,14 @@ def engine_calls(client: TestClient) -> list[bytes]:
 
 def test_a_conversation_whose_earlier_turn_is_gone_or_too_long_is_refused_naming_it(
         engine: Engine, tmp_path: Path) -> None:
-    with _conversation(FakeClock(), tmp_path, engine, max_messages=5) as client:
+    with _conversation(FakeClock(), tmp_path, engine, max_messages=6) as client:
         ids = []
         for turn in range(3):
             extra = {"previous_response_id": ids[-1]} if ids else {}
             answer = _create(client, input=f"Turn {turn}.", **extra)
             assert answer.status_code == 200, answer.text
             ids.append(answer.json()["id"])
-        too_long = _create(client, input="Turn 3.", previous_response_id=ids[-1])  # 6 items with this turn's
+        too_long = _create(client, input="Turn 3.", previous_response_id=ids[-1])  # 6 before it, 7 with it
         assert too_long.status_code == 400 and too_long.json()["error"]["code"] == "conversation_too_long"
         assert too_long.json()["error"]["param"] == "previous_response_id"
         assert _delete(client, ids[0]).status_code == 200
