@@ -133,8 +133,10 @@ def rehomed(ring: HashRing, key: int, holder: int, held: Sequence[int], footprin
     choices alone would leave it the new prompts only, for good (in a soak with a kill, 400 answers against the
     other engine's 4,172). Moving a prompt costs one cold prefill; once moved it is held twice, and between
     equal holders load decides, so each prompt moves at most once and moves stop once the engines' footprints
-    are within the margin, which placement keeps them in otherwise. Every gateway reads the same events, so
-    they move the same prompts."""
+    are within the margin, which placement keeps them in otherwise. Footprints are counts of blocks, so this
+    holds for engines with caches of one size, as a pool's replicas are; an engine with a much smaller cache
+    stays under the margin and would be sent the prompts it evicts again. Gateways read the same events but
+    count their own requests in flight (unless ``kv_events.shared_load``), so they mostly move the same prompts."""
     if sum(1 for count in held if count > 0) != 1:
         return None
     target = placed_home(ring, key, footprint, in_flight, healthy)

@@ -46,8 +46,10 @@ class PoolGate:
             async with self.clock.deadline(self.clock() + self.timeout):
                 await asyncio.shield(slot)  # a timeout cancels the wait, not the slot a release may grant
         except TimeoutError:
-            if self.queue.remove(tenant, slot) or not _granted(slot):  # still waiting, or displaced meanwhile
+            if self.queue.remove(tenant, slot):
                 raise self._shed("queue_timeout") from None
+            if not _granted(slot):  # displaced in the same turn: shed for that
+                raise self._shed("queue_share_exceeded") from None
             # the slot was granted as the wait ran out: keep it
         except BaseException:  # displaced, or the client left while waiting: give up the place or the slot
             if not self.queue.remove(tenant, slot) and _granted(slot):

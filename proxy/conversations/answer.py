@@ -41,7 +41,7 @@ class ResponsesAnswer:
                  history: int = 0, earlier: tuple[str, ...] = ()) -> None:
         self.store = store  # None: ``store: false``, keep nothing
         self.tenant = tenant
-        self.body = body  # as the engine was sent it: the conversation to keep
+        self.body = body  # as the engine was sent it: its items after ``history`` are the turn's, to keep
         self.history = history  # its first items: the turns recalled (``earlier``), kept already
         self.earlier = earlier
         self._previous = b'"previous_response_id":' + orjson.dumps(previous) if previous is not None else None

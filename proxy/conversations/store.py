@@ -137,7 +137,7 @@ class RedisResponses:
 
     async def recall(self, tenant: str, response_ids: tuple[str, ...]) -> list[StoredResponse | None]:
         """Turns of a conversation being continued, in one round trip (a second for any kept in the older form), each
-        kept ``ttl_s`` from now (``GETEX``), so a conversation lasts as long as it is continued, as its last turn does."""
+        kept ``ttl_s`` from now (``GETEX``): a conversation lasts as long as it is continued, as its last turn does."""
         try:
             found = await self._read(tenant, response_ids, REDIS_PREFIX)
             missing = tuple(response_id for response_id, raw in zip(response_ids, found, strict=True) if raw is None)

@@ -10,8 +10,9 @@ from typing import Any
 
 import orjson
 
-from policies.admission.token_caps import requested_output
-from policies.request.types import RequestView
+from policies.admission.refusals import Refused
+from policies.admission.token_caps import TokenCaps, cap_output, requested_output
+from policies.request.types import Rejection, RequestView
 from policies.routing.continuation import bounded_by, continuable, continuation_body, cut_body, cut_of, stops_of
 from proxy.calls.call import Continuation
 from proxy.calls.continued_answer import ContinuedAnswer
@@ -23,21 +24,26 @@ from proxy.upstream.pools import Upstreams
 
 def starts_short(upstreams: Upstreams, endpoint: str, pool: Pool, view: RequestView, prompt: Prompt, planned: Planned,
                  out: Outgoing, long_leg: Callable[[Pool, ContinuedAnswer], Outgoing],
-                 plan_long: Callable[[Pool], Planned]) -> Continuation | None:
+                 long_caps: Callable[[Pool], TokenCaps | None]) -> Continuation | None:
     """Where the answer goes on when ``pool``'s engine cuts it, with ``out`` made the short leg (its
     output cut at the pool's threshold, its answer read by the ``ContinuedAnswer``); None where ``pool``
     does not continue answers, this one may not be cut, or its client's own cap fits the cut.
 
-    The long pool's caps are read now (``plan_long`` raises their refusal), not at the seam: a request the
+    The long pool's caps (``long_caps``, with the tenant's action) are read now, not at the seam: a request the
     long pool refuses is refused before the short engine works on it, as it is when named to that pool, and
     one it clamps is cut at most where the long pool would end it (``bounded_by``)."""
     long = upstreams.continues_in(pool, view.model)
-    if long is None or not continuable(prompt.body, endpoint):
+    if long is None or not long.continues_answers or not continuable(prompt.body, endpoint):
         return None
     cut = cut_of(planned.shaped.body, pool.option.short_threshold, view.output_fields)
     if cut is None:
         return None
-    cut = bounded_by(cut, requested_output(plan_long(long).shaped.body, view.output_fields)[1])
+    caps = long_caps(long)
+    if caps is not None:
+        allowed = cap_output(prompt.body, caps, view.output_fields)
+        if isinstance(allowed, Rejection):
+            raise Refused(allowed)
+        cut = bounded_by(cut, requested_output(allowed, view.output_fields)[1])
     body = sent_body(planned)
     answer = ContinuedAnswer(cut, endpoint, client_usage=view.include_usage, stops=stops_of(body))
     cut_leg = cut_body(body, cut)

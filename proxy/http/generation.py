@@ -246,7 +246,7 @@ class Preparation:
             replan = partial(self.replan, view, tenant, prompt, headers)
         continuation = starts_short(self.gateway.upstreams, self.endpoint, pool, view, prompt, planned, out,
                                     partial(self.long_leg, view, tenant, prompt, headers),
-                                    lambda long: self.plan(view, prompt, tenant, long, headers)) \
+                                    lambda long: long.caps(tenant.admission.caps.action)) \
             if planned is not None and self.gateway.upstreams.continues and self.reason not in ("named", "merged") \
             else None
         answer = answer if continuation is None else None  # a cut answer is not stored for exact repeats

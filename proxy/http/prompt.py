@@ -46,6 +46,7 @@ class Prompt:
     history: int = 0
     previous: str | None = None
     earlier: tuple[str, ...] = ()  # the ids of the conversation's turns so far, the first first
+
     @property
     def body(self) -> dict[str, Any]:
         """The latest stage."""

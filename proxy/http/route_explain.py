@@ -63,7 +63,8 @@ def _continuation(gateway: Gateway, pool: Pool, reason: str, view: RequestView, 
     threshold, share = short.option.short_threshold, prediction.short_share
     starts = may_cut and pool is short and reason not in ("named", "merged")
     cut = cut_of(body, threshold, view.output_fields) if starts else None
-    why = ("the answer may not be cut (tools, response_format, guided decoding, n, logprobs or echo)"
+    why = ("the answer may not be cut (tools, response_format, guided decoding, n, logprobs, echo, seed or an output "
+           "penalty)"
            if not may_cut else "the client named the pool" if reason == "named"
            else f"its own max_tokens fits {threshold}" if pool is short and cut is None
            else "no history yet: unknown templates start short" if share is None

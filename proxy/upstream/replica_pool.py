@@ -104,8 +104,9 @@ class ReplicaPool(Pool):
         return Picked(replicas[index], reason, placement.held_tokens(index))
 
     def explain(self, placement: Placement = NOWHERE) -> Explained:
-        """What ``pick`` would choose now, and what it read to choose it, without taking or remembering
-        anything (the admin route ``POST /admin/route/...``); raises ``Shed`` as ``pick`` does."""
+        """What ``pick`` would choose now (of equal holders as busy, the first: ``pick`` takes them in turn), and what
+        it read to choose it, without taking or remembering anything (the admin route ``POST /admin/route/...``);
+        raises ``Shed`` as ``pick`` does."""
         now, key, held = self.clock(), placement.key, placement.held
         in_flight, healthy = self._loads(now, None, shared=held is not None and self._shared_load)
         if len(self.replicas) == 1 and not self.replicas[0].health.tripped:

@@ -155,6 +155,8 @@ async def test_a_waiter_displaced_as_its_wait_runs_out_is_shed_and_leaves_no_pha
     await settle()
     outcomes = await asyncio.gather(first, newest, return_exceptions=True)
     assert all(isinstance(outcome, Refused) and isinstance(outcome.refusal, Shed) for outcome in outcomes), outcomes
+    reasons = [o.refusal.reason for o in outcomes if isinstance(o, Refused) and isinstance(o.refusal, Shed)]
+    assert reasons == ["queue_timeout", "queue_share_exceeded"]  # the first timed out, the newest was displaced
     gate.release()  # the holder's slot goes to b
     await other
     gate.release()
