@@ -11,9 +11,9 @@ the length prediction and the replica choice.
 Conversation state lives in the gateway, not in an engine (``previous_response_id``): each response
 is kept as the input items its turn added and the output items it gave, with the ids of the turns before
 it (``StoredResponse``), so a conversation of n turns is stored once, not n times over; the next turn is
-sent as the whole conversation (``history`` of those turns, then ``continued``): history exactly as the
-engine saw it, so its prefix is the prefix the engine cached for the turn before, whichever replica serves
-it.
+sent as the whole conversation (``conversation_items`` of those turns, then ``continued``): history exactly
+as the engine saw it, so its prefix is the prefix the engine cached for the turn before, whichever replica
+serves it.
 Instructions do not carry over from one response to the next (OpenAI's rule, and vLLM's).
 Pure: bodies in, bodies out; the input is never mutated.
 """
@@ -38,7 +38,7 @@ class StoredResponse(NamedTuple):
     earlier: tuple[str, ...] = ()  # the ids of the conversation's earlier turns, the first first
 
 
-def history(turns: list[StoredResponse]) -> list[Any]:
+def conversation_items(turns: list[StoredResponse]) -> list[Any]:
     """The conversation ``turns`` (the first first) make: each turn's input items, then its output items."""
     return [item for turn in turns for item in (*turn.input, *turn.output)]
 
@@ -53,8 +53,8 @@ def is_message(item: Any) -> bool:
 
 
 def continued(body: dict[str, Any], earlier: list[Any]) -> dict[str, Any]:
-    """The body of a turn that continues a conversation: its ``earlier`` items (``history``), then this turn's, as
-    ``input``, without ``previous_response_id``, which no engine can resolve."""
+    """The body of a turn that continues a conversation: its ``earlier`` items (``conversation_items``), then this
+    turn's, as ``input``, without ``previous_response_id``, which no engine can resolve."""
     new_body = {key: value for key, value in body.items() if key != "previous_response_id"}
     new_body["input"] = [*earlier, *input_items(body["input"])]
     return new_body
@@ -79,7 +79,7 @@ def rewrite_responses(body: dict[str, Any], policy: PromptPolicy, history: int =
     new_body = {**body, **({"tools": rewrite.body["tools"]} if "tools" in chat else {})}
     messages = rewrite.body["messages"]
     if policy.note == "last_user" and len(messages) > len(chat["messages"]):  # no user input: a note of its own
-        messages = [*messages[:-1]]
+        messages = messages[:-1]
         _note_at_the_end(messages, len(head), rewrite.body["messages"][-1]["content"])
     if head:
         new_body["instructions"] = messages[0]["content"]

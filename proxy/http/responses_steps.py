@@ -13,8 +13,8 @@ from typing import Any
 from policies.admission.refusals import Refused
 from policies.prompt.responses import (
     continued,
+    conversation_items,
     conversation_too_long,
-    history,
     input_items,
     input_messages,
     response_not_found,
@@ -53,7 +53,7 @@ async def recall(gateway: Gateway, prompt: Prompt, tenant: TenantPolicy) -> None
     if len(found) < len(turns):
         gone = next(turn_id for turn_id, turn in zip(stored.earlier, turns, strict=True) if turn is None)
         raise Refused(response_not_found(gone, "previous_response_id"))
-    items = history([*found, stored])
+    items = conversation_items([*found, stored])
     whole = len(items) + len(input_items(prompt.received["input"]))  # with this turn's own
     if whole > limit:
         raise Refused(conversation_too_long(whole, limit))

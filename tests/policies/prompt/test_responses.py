@@ -14,7 +14,7 @@ from policies.prompt.prompt import NOTE_HEADER, PromptPolicy
 from policies.prompt.responses import (
     StoredResponse,
     continued,
-    history,
+    conversation_items,
     response_not_found,
     responses_messages,
     rewrite_responses,
@@ -125,7 +125,7 @@ def test_a_continued_turn_is_sent_as_the_whole_conversation_without_the_previous
                               response={"id": "resp_1"})
     body = {"model": "m", "previous_response_id": "resp_1", "input": "Second.", "instructions": "Be brief.",
             "max_output_tokens": 9}
-    sent = continued(body, history([previous]))
+    sent = continued(body, conversation_items([previous]))
     assert "previous_response_id" not in sent
     assert sent["input"] == [{"role": "user", "content": "First."}, assistant("One."),
                              {"role": "user", "content": "Second."}]
@@ -138,7 +138,8 @@ def test_a_continued_turns_list_input_follows_the_previous_output() -> None:
     call = {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": '{"q": "x"}'}
     previous = StoredResponse(input=[user("Look it up.")], output=[call], response={"id": "resp_1"})
     result = {"type": "function_call_output", "call_id": "c1", "output": "42"}
-    sent = continued({"model": "m", "previous_response_id": "resp_1", "input": [result]}, history([previous]))
+    body = {"model": "m", "previous_response_id": "resp_1", "input": [result]}
+    sent = continued(body, conversation_items([previous]))
     assert sent["input"] == [user("Look it up."), call, result]
 
 
@@ -147,12 +148,12 @@ def test_a_stored_turn_keeps_only_what_it_added_and_the_ids_before_it() -> None:
     before; the history they make is the input the engine was sent."""
     first = stored_response({"input": "First."}, {"id": "resp_1", "status": "completed", "output": [assistant("1")]})
     assert first is not None and first.earlier == () and first.input == [{"role": "user", "content": "First."}]
-    sent = continued({"input": "Second.", "previous_response_id": "resp_1"}, history([first]))
+    sent = continued({"input": "Second.", "previous_response_id": "resp_1"}, conversation_items([first]))
     second = stored_response(sent, {"id": "resp_2", "status": "completed", "output": [assistant("2")]},
                              history_items=2, earlier=("resp_1",))
     assert second is not None and second.input == [{"role": "user", "content": "Second."}]
     assert second.earlier == ("resp_1",)
-    assert history([first, second]) == [*sent["input"], assistant("2")]
+    assert conversation_items([first, second]) == [*sent["input"], assistant("2")]
 
 
 # ---- the conversation as the template renders it -----------------------------------------------------------
