@@ -11,7 +11,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from policies.admission.refusals import Refused
+from policies.refusals import Refused
 from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.gateway import Config
 from proxy.config.load import config_from_dump
@@ -19,7 +19,9 @@ from proxy.connections.guard import ConnectionGuard, file_limit
 from proxy.gateway import Gateway
 from proxy.http import responses_routes as stored
 from proxy.http import service_routes as routes
+from proxy.http.dialect import CHAT, COMPLETIONS, EMBEDDINGS
 from proxy.http.generation import GenerationRoute
+from proxy.http.responses_dialect import RESPONSES
 from proxy.http.route_explain import route_explainer
 from proxy.observability.metrics import Metrics
 from proxy.retrieval.retriever import StoreOpener
@@ -63,10 +65,10 @@ def create_app(config: Config, *, open_store: StoreOpener | None = None, transpo
     metrics = Metrics()
     guard = ConnectionGuard(config.server.connection_limits(file_limit()), metrics.connections)
     generation = {
-        "/v1/chat/completions": GenerationRoute("chat", "/chat/completions"),
-        "/v1/completions": GenerationRoute("completions", "/completions"),
-        "/v1/embeddings": GenerationRoute("embeddings", "/embeddings"),
-        "/v1/responses": GenerationRoute("responses", "/responses"),
+        "/v1/chat/completions": GenerationRoute(CHAT),
+        "/v1/completions": GenerationRoute(COMPLETIONS),
+        "/v1/embeddings": GenerationRoute(EMBEDDINGS),
+        "/v1/responses": GenerationRoute(RESPONSES),
     }
 
     @asynccontextmanager
@@ -87,8 +89,8 @@ def create_app(config: Config, *, open_store: StoreOpener | None = None, transpo
             Route("/ready", routes.ready, methods=["GET"]),
             Route("/metrics", routes.metrics, methods=["GET"]),
             Route("/openapi.json", routes.openapi, methods=["GET"]),
-            Route("/admin/route/v1/chat/completions", route_explainer("chat"), methods=["POST"]),
-            Route("/admin/route/v1/completions", route_explainer("completions"), methods=["POST"]),
+            Route("/admin/route/v1/chat/completions", route_explainer(CHAT), methods=["POST"]),
+            Route("/admin/route/v1/completions", route_explainer(COMPLETIONS), methods=["POST"]),
         ],
         exception_handlers={
             Refused: refused_handler,

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.admission.length import LengthHistory, Prediction, Step, features_of, length_key, predict, step_of
-from policies.admission.limits import RateLimits, output_reservation, ratelimit_headers
-from policies.admission.refusals import LimiterDown, RateLimited, Refused
+from policies.admission.limits import RateLimits, limit_states, output_reservation, rate_limited
 from policies.admission.token_caps import TokenCaps, cap_output, check_prompt_tokens, requested_output
 from policies.prompt.stable_prefix import Pieces
+from policies.refusals import LimiterDown, Refused
 from policies.request.types import OUTPUT_FIELDS, PROMPT_FIELDS, Endpoint
 from proxy.admission.rate_limiter import Limiter, LimiterUnavailable, Ticket
 from proxy.admission.token_count import TokenCounter
@@ -97,8 +97,9 @@ class Admission:
         return self.predicts or tenant.active
 
     def prepare(self, tenant: TenantAdmission, body: dict[str, Any], pieces: Pieces, tenant_name: str,
-                endpoint: Endpoint) -> Admitted:
-        """Count the prompt, cap it and the output, predict the output; raises the ``Rejection`` that refuses it."""
+                endpoint: Endpoint, *, counted: bool = True) -> Admitted:
+        """Count the prompt, cap it and the output, predict the output; raises the ``Rejection`` that refuses it.
+        ``counted``: False for a request only explained (the admin route): a clamp is not counted."""
         prompt_tokens = self.counter.count(pieces)
         refused = check_prompt_tokens(prompt_tokens, tenant.caps, PROMPT_FIELDS[endpoint])
         if refused is not None:
@@ -107,7 +108,7 @@ class Admission:
         capped = cap_output(body, tenant.caps, fields)
         if not isinstance(capped, dict):
             raise Refused(capped)
-        if capped is not body:
+        if capped is not body and counted:
             self.metrics.admission_clamped(tenant_name)
         admitted = Admitted(capped, capped is not body, prompt_tokens, output_fields=fields)
         if self.predicts or tenant.limits.tokens_per_minute is not None:
@@ -141,10 +142,10 @@ class Admission:
         except LimiterUnavailable as down:
             raise Refused(LimiterDown(down.retry_after)) from None
         if not verdict.admitted:
-            refusal = RateLimited(limits, verdict, reserved)
-            self.metrics.rate_limited(tenant_name, "too_large" if verdict.too_large else refusal.which)
+            refusal = rate_limited(limits, verdict, reserved)
+            self.metrics.rate_limited(tenant_name, "too_large" if refusal.too_large else refusal.refusing.unit)
             raise Refused(refusal)
-        headers.rate_limits(ratelimit_headers(limits, verdict))
+        headers.rate_limits(limit_states(limits, verdict))
         admitted.ticket, admitted.reserved = ticket, reserved
 
     async def finish(self, admitted: Admitted, pool: str, prompt_tokens: int | None,

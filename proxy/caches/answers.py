@@ -2,7 +2,8 @@
 
 In process, on aiocache's memory backend, with a TTL per tenant; with ``redis`` configured, shared
 by every gateway replica (``tiered_cache``), so a repeat is a hit whichever replica it reaches.
-Replays answer with the header ``x-prefixgate-answer-cache: hit`` and never reach a replica.
+Replays (``stored_answer``, sent by the request's ``ClientAnswer``) carry the header
+``x-prefixgate-answer-cache: hit`` and never reach a replica.
 """
 
 from __future__ import annotations
@@ -11,11 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from starlette.types import Send
 
 from policies.answers.answer_cache import CHAT, TEXT, stream_from_completion
 from proxy.caches.tiered import TieredCache
-from proxy.wire.headers import ANSWER_CACHE
 
 
 class AnswerStore:
@@ -58,16 +57,6 @@ def storable(completion: dict[str, Any]) -> bool:
     return kind == CHAT and isinstance(message, dict) and not message.get("tool_calls")
 
 
-async def send_stored_answer(send: Send, completion: dict[str, Any], *, stream: bool, include_usage: bool,
-                             headers: list[tuple[bytes, bytes]]) -> None:
-    if stream:
-        body = stream_from_completion(completion, include_usage)
-        content_type = b"text/event-stream; charset=utf-8"
-    else:
-        body = orjson.dumps(completion)
-        content_type = b"application/json"
-    await send({"type": "http.response.start", "status": 200, "headers": [
-        (b"content-type", content_type), (b"content-length", str(len(body)).encode()),
-        *headers, (ANSWER_CACHE, b"hit"),
-    ]})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+def stored_answer(completion: dict[str, Any], *, stream: bool, include_usage: bool) -> bytes:
+    """A stored answer as the client asked for it: its SSE events (``stream``) or its JSON."""
+    return stream_from_completion(completion, include_usage) if stream else orjson.dumps(completion)

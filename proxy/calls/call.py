@@ -21,23 +21,22 @@ from contextlib import suppress
 from dataclasses import dataclass
 from time import perf_counter
 
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive
 from uvicorn.protocols.utils import ClientDisconnected
 
-from policies.admission.refusals import InternalError, Refusal, Refused, Shed, ShuttingDown
+from policies.refusals import InternalError, Refusal, Refused, Shed, ShuttingDown
 from policies.request.types import Rejection
 from proxy.admission.pool_gate import PoolGate
 from proxy.admission.request_admission import AdmissionHold
 from proxy.caches.answers import AnswerToStore
 from proxy.calls.continued_answer import ContinuedAnswer
-from proxy.calls.exchange import SSE_HEADERS, Exchange
+from proxy.calls.degraded import answer_with_passages
+from proxy.calls.exchange import Exchange
 from proxy.calls.outgoing import CLIENT_CLOSED, Outcome, Outgoing
 from proxy.observability.request_record import RequestRecord
-from proxy.retrieval.fallback import send_passages_answer
 from proxy.upstream.pool import Pool
+from proxy.wire.answer import JSON, ClientAnswer
 from proxy.wire.disconnect import DisconnectWatch
-from proxy.wire.errors import openai_error, refusal_event, sse_error_event
-from proxy.wire.sse_keepalive import KeepAlive
 
 log = logging.getLogger("prefixgate")
 
@@ -53,9 +52,9 @@ class Continuation:
 
 
 class UpstreamCall:
-    """An ASGI response that performs the upstream call when it is called."""
+    """The upstream call, performed when it is run with the client's ``receive`` and the request's answer."""
 
-    __slots__ = ("answer", "continuation", "hold", "keepalive", "out", "outcome", "pool", "record", "replan", "slot",
+    __slots__ = ("answer", "client", "continuation", "hold", "out", "outcome", "pool", "record", "replan", "slot",
                  "taken_at", "tenant", "worked")
 
     def __init__(self, pool: Pool, out: Outgoing, *, tenant: str, record: RequestRecord,
@@ -72,46 +71,39 @@ class UpstreamCall:
         self.outcome = Outcome()
         self.slot: PoolGate | None = None  # the gate a slot is held of, until the call ends
         self.taken_at: float | None = None  # when a replica first took it (perf_counter)
-        self.keepalive: KeepAlive | None = None  # ticks while a stream waits for its first chunk
+        self.client: ClientAnswer | None = None  # what goes to the client, once the call runs
         self.continuation = continuation  # where the answer goes on if the short pool's engine cuts it
         self.worked = False  # an earlier leg's engine wrote part of the answer, or the pool's relay was asked
 
-    @property
-    def committed(self) -> bool:
-        """A keep-alive has sent the status line: what follows can only be SSE events."""
-        return self.keepalive is not None and self.keepalive.started
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        watch = DisconnectWatch(receive)
+    async def run(self, receive: Receive, client: ClientAnswer) -> None:
+        """Call the pool (or its overflow) and answer the client through ``client``, under the disconnect watch."""
+        self.client = client
+        watch = DisconnectWatch(receive, client)
         if self.out.stream and self.pool.stream_keepalive is not None:
-            headers = [*SSE_HEADERS, *self.out.headers] if self.out.headers else SSE_HEADERS
-            self.keepalive = KeepAlive(send, self.pool.stream_keepalive, headers, self.pool.clock)
-            self.keepalive.start()
+            client.keep_alive(self.pool.stream_keepalive, self.pool.clock)
         try:
             async with watch:
-                await self._dispatch(send, watch)
+                await self._dispatch(client)
         except OSError:  # uvicorn's ClientDisconnected: the client left between two writes
             watch.gone = True
         except asyncio.CancelledError:  # not the client leaving (the watch absorbs that): the drain deadline
             with suppress(OSError):
-                await self._cut_short(send)
+                await client.fail(ShuttingDown())  # the server stops first (server.drain_timeout_s passed)
             raise
         finally:
-            await self._end(gone=watch.gone)
+            await self._end(client, gone=watch.gone)
 
-    async def _end(self, *, gone: bool) -> None:
+    async def _end(self, client: ClientAnswer, *, gone: bool) -> None:
         """Give back the keep-alive, the replica and the slot; record the request; settle admission."""
-        if self.keepalive is not None:
-            self.keepalive.cancel()
+        client.close()
         outcome = self.outcome
-        if gone:
-            outcome.status = CLIENT_CLOSED
+        status = CLIENT_CLOSED if gone or client.status is None else client.status
         if outcome.replica is not None:
             outcome.replica.release()  # the replica that took it last, after any retry
         if self.slot is not None:
             self.slot.release()
         replica = outcome.replica.base_url if outcome.replica is not None else None
-        self.record.called(outcome.status, replica=replica, usage=outcome.usage, taken_at=self.taken_at,
+        self.record.called(status, replica=replica, usage=outcome.usage, taken_at=self.taken_at,
                            streamed=outcome.streamed, body=self.out.body)
         if self.hold is not None:
             if outcome.replica is None and not self.worked:  # no engine work was done
@@ -119,31 +111,20 @@ class UpstreamCall:
             else:
                 await self.hold.settle(self.pool.name, outcome.usage)
 
-    async def _cut_short(self, send: Send) -> None:
-        """The server stops before this answer is done (server.drain_timeout_s passed): tell the
-        client so, in whatever form is still open to it, rather than only dropping the connection."""
-        if self.outcome.status == CLIENT_CLOSED and not self.committed:  # nothing sent yet
-            self.outcome.status = 503
-            await openai_error(ShuttingDown()).send(send)
-        elif self.out.stream:
-            event = sse_error_event("prefixgate shut down before the stream ended; retry the request.",
-                                    "server_error", "shutting_down")
-            await send({"type": "http.response.body", "body": event, "more_body": False})
-
-    async def _dispatch(self, send: Send, watch: DisconnectWatch) -> None:
+    async def _dispatch(self, client: ClientAnswer) -> None:
         """A slot and a replica of the pool, else of its overflow pool; then the exchange. Whatever refuses
         or fails on the way is answered here, in the form still open to the client (``_refuse``)."""
         try:
             refusal = await self._enter_or_overflow()
             if refusal is None:
                 if self.outcome.replica is None:  # the pool picked none: it answers itself
-                    await self._relay(send, watch)
+                    await self._relay(client)
                 else:  # the pool that picked a replica is a ReplicaPool
                     exchange = Exchange(self.pool, self.outcome.replica, self.out,  # type: ignore[arg-type]
-                                        self.outcome, self.record, self.keepalive, self.answer)
-                    await exchange.run(send, watch)
+                                        self.outcome, self.record, client, self.answer)
+                    await exchange.run()
                     if self.continuation is not None and self.continuation.answer.continuing:
-                        await self._continue(send, watch, self.continuation)
+                        await self._continue(client, self.continuation)
                 return
         except ClientDisconnected:  # nobody is left to answer; any other OSError is a failure to answer for
             raise
@@ -152,9 +133,9 @@ class UpstreamCall:
         except Exception:
             log.exception("unexpected error in the upstream call to pool %s", self.pool.name)
             refusal = InternalError()
-        await self._refuse(send, watch, refusal)
+        await self._refuse(client, refusal)
 
-    async def _continue(self, send: Send, watch: DisconnectWatch, continuation: Continuation) -> None:
+    async def _continue(self, client: ClientAnswer, continuation: Continuation) -> None:
         """The short leg was cut: give back its slot and replica, enter the long pool (or its overflow) with
         the continuation, and relay the long leg into the same answer; raises the refusal that stops it."""
         self._leave()
@@ -169,8 +150,8 @@ class UpstreamCall:
             raise Refused(refusal)
         assert self.outcome.replica is not None  # a pool that is continued in picks replicas
         exchange = Exchange(self.pool, self.outcome.replica, self.out, self.outcome,  # type: ignore[arg-type]
-                            self.record, None, None, head_sent=self.out.stream)
-        await exchange.run(send, watch)
+                            self.record, client, None)
+        await exchange.run()
         self.record.metrics.continued(self.pool.name, self.tenant, answer.seam_gap, answer.prefilled)
 
     @staticmethod
@@ -203,7 +184,7 @@ class UpstreamCall:
                 if not isinstance(refusal, Shed):
                     raise
                 overflow = self.pool.overflow
-                if attempt or overflow is None or self.committed:
+                if attempt or overflow is None or (self.client is not None and self.client.started):
                     return refusal
                 try:
                     out, answer = self.replan(overflow) if self.replan is not None else (self.out, self.answer)
@@ -251,50 +232,35 @@ class UpstreamCall:
         if picked.held_tokens is not None:
             self.record.metrics.held_at_choice(pool.name, picked.held_tokens)
 
-    async def _relay(self, send: Send, watch: DisconnectWatch) -> None:
-        """The pool's relay (``Pool.relay``) writes the answer itself; what it sends is noted as it goes, so a
-        failure after its status line ends the stream with an SSE error event (``_refuse``), not a second
-        status line."""
-        if self.keepalive is not None:
-            await self.keepalive.stop()
+    async def _relay(self, client: ClientAnswer) -> None:
+        """The pool answers itself (``Pool.relay``): its whole answer, or its stream's events as they come; a
+        failure raises its refusal, which ``_refuse`` answers in the form still open to the client."""
         self.worked = True  # the provider may be working on it: admission's hold is settled, not given back
-        outcome = self.outcome
+        relayed = await self.pool.relay(self.out.body, stream=self.out.stream)
+        if relayed.stream is None:
+            self.outcome.usage = relayed.usage
+            await client.whole(200, JSON, relayed.body)
+            return
+        await client.open_stream()
+        try:
+            async for event in relayed.stream:
+                await client.event(event)
+        finally:
+            self.outcome.usage = relayed.stream.usage
+        await client.end(b"data: [DONE]\n\n")
 
-        async def noted(message: Message) -> None:
-            await send(message)
-            if message["type"] == "http.response.start":
-                outcome.status = message["status"]
-            elif not message.get("more_body", False):
-                watch.finished = True
-
-        outcome.status, outcome.usage = await self.pool.relay(noted, self.out.body, stream=self.out.stream,
-                                                              headers=self.out.headers, head_sent=self.committed)
-        watch.finished = True
-
-    async def _refuse(self, send: Send, watch: DisconnectWatch, refusal: Refusal) -> None:
-        """The call refused or failed: OpenAI's error while nothing went out (the passages answer instead,
-        where the tenant has one and no replica is healthy), else the stream's last event, an SSE error."""
-        if self.keepalive is not None:
-            await self.keepalive.stop()
-        outcome = self.outcome
-        fresh = outcome.status == CLIENT_CLOSED and not self.committed  # nothing sent yet
-        if not fresh and watch.finished:
+    async def _refuse(self, client: ClientAnswer, refusal: Refusal) -> None:
+        """The call refused or failed: the passages answer where the tenant has one, no replica is healthy and
+        nothing went out; else the refusal as the client's answer can still take it (``ClientAnswer.fail``)."""
+        if client.finished:
             return  # the answer went out whole before it failed (closing the upstream's reply): nothing to add
-        watch.finished = True
-        error = openai_error(refusal)
+        error = client.errors.error(refusal)
         if isinstance(refusal, Shed):
             self.record.metrics.shed(self.pool.name, refusal.reason)
         else:
             self.record.note(error=error.code or error.type, param=error.param)
-        if fresh and self.out.fallback is not None and isinstance(refusal, Shed) \
+        if not client.started and self.out.fallback is not None and isinstance(refusal, Shed) \
                 and refusal.reason == "no_healthy_upstream":
-            outcome.status = 200
-            await send_passages_answer(send, model=self.out.model, evidence=self.out.fallback,
-                                       stream=self.out.stream, reason="no_healthy_upstream")
-        elif fresh:
-            outcome.status = error.status
-            await error.send(send)
+            await answer_with_passages(client, self.out, self.out.fallback, "no_healthy_upstream")
         else:
-            if outcome.status == CLIENT_CLOSED:  # only keep-alives went out
-                outcome.status = error.status
-            await send({"type": "http.response.body", "more_body": False, "body": refusal_event(refusal)})
+            await client.fail(refusal)

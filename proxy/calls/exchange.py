@@ -13,30 +13,23 @@ from __future__ import annotations
 from time import perf_counter
 
 import orjson
-from starlette.types import Send
 
-from policies.admission.refusals import UpstreamFailed, UpstreamFailure
+from policies.refusals import UpstreamFailed, UpstreamFailure
 from policies.answers.answer_cache import completion_from_stream
 from policies.answers.usage import hide_usage_events, stream_events, streamed_completion_tokens, usage_in
+from policies.request.types import Rejection
 from policies.routing.retry import retry_within_budget, retryable
 from proxy.caches.answers import AnswerToStore
-from proxy.calls.outgoing import CLIENT_CLOSED, Outcome, Outgoing
+from proxy.calls.degraded import answer_with_passages
+from proxy.calls.outgoing import Outcome, Outgoing
 from proxy.observability.request_record import RequestRecord
-from proxy.retrieval.fallback import send_passages_answer
 from proxy.transports.base import Reply, UpstreamBroken, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from proxy.upstream.replica import Replica
 from proxy.upstream.replica_pool import ReplicaPool
-from proxy.wire.disconnect import DisconnectWatch
-from proxy.wire.errors import openai_error, sse_error_event
-from proxy.wire.sse_keepalive import KeepAlive
+from proxy.wire.answer import ClientAnswer
 
 MIN_RETRY_CONCURRENCY = 3  # retries a pool may run at once however few requests it has
 _DONE = b"data: [DONE]"
-SSE_HEADERS = [
-    (b"content-type", b"text/event-stream; charset=utf-8"),
-    (b"cache-control", b"no-cache"),
-    (b"x-accel-buffering", b"no"),  # tell nginx-style proxies in front not to buffer the stream
-]
 
 
 def _failure_kind(error: UpstreamError) -> UpstreamFailure:
@@ -46,26 +39,19 @@ def _failure_kind(error: UpstreamError) -> UpstreamFailure:
 
 
 class Exchange:
-    __slots__ = ("answer", "head_sent", "keepalive", "out", "outcome", "pool", "record", "replica")
+    __slots__ = ("client", "out", "outcome", "pool", "record", "replica", "store")
 
     def __init__(self, pool: ReplicaPool, replica: Replica, out: Outgoing, outcome: Outcome, record: RequestRecord,
-                 keepalive: KeepAlive | None, answer: AnswerToStore | None, *, head_sent: bool = False) -> None:
+                 client: ClientAnswer, store: AnswerToStore | None) -> None:
         self.pool = pool
         self.replica = replica  # the one that holds the request: the first one taken, or a retry's
         self.out = out
         self.outcome = outcome
         self.record = record
-        self.keepalive = keepalive  # ticks while a stream waits for its first chunk
-        self.answer = answer  # where to store this answer for exact repeats
-        self.head_sent = head_sent  # the continuation of a stream: its status line and first events went out
+        self.client = client  # what goes to the client (a keep-alive's or an earlier leg's status line, maybe)
+        self.store = store  # where to store this answer for exact repeats
 
-    @property
-    def committed(self) -> bool:
-        """The status line went out (a keep-alive's, or an earlier leg's): what follows can only be SSE
-        events."""
-        return self.head_sent or (self.keepalive is not None and self.keepalive.started)
-
-    async def run(self, send: Send, watch: DisconnectWatch) -> None:
+    async def run(self) -> None:
         timeouts = self.pool.timeouts
         reply: Reply | None = None
         complete = False  # body read to its end: the connection may go back to the pool
@@ -78,51 +64,34 @@ class Exchange:
                 streaming = self.out.stream and reply.status == 200
                 first = await reply.next_chunk() if streaming else b""
                 waiting = False
-                if self.keepalive is not None:
-                    await self.keepalive.stop()
                 deadline.reschedule(now + timeouts.total)
                 if streaming:
-                    complete = await self._relay_stream(send, watch, reply, first)
+                    complete = await self._relay_stream(reply, first)
                 else:
-                    if self.committed:
-                        await self._relay_error_event(send, watch, reply)
+                    if self.client.started:
+                        await self._relay_error_event(reply)
                     else:
-                        await self._relay_whole(send, watch, reply)
+                        await self._relay_whole(reply)
                     complete = True
         except (UpstreamError, TimeoutError) as exc:
             error = exc if isinstance(exc, UpstreamError) else UpstreamTimeout(
                 "no first byte in time" if waiting else "total timeout")
-            await self._failed(send, watch, error)
+            await self._failed(error)
         finally:
             if reply is not None:
                 await reply.close(abort=not complete)
 
-    async def _failed(self, send: Send, watch: DisconnectWatch, error: UpstreamError) -> None:
-        """The exchange failed: the passages answer, a proper error status, or (after the first byte)
-        an SSE error event."""
+    async def _failed(self, error: UpstreamError) -> None:
+        """The exchange failed: the passages answer, else the failure as the client's answer can still take it
+        (its status and error JSON, or after the first byte the stream's last event, with the same code)."""
         self._count_error(error.kind)
         # Slow is load, not ill health (active checks catch a hung replica); _post counted refusals.
         if error.kind not in ("timeout", "connect"):
             self.replica.failed()
-        watch.finished = True
-        if self.keepalive is not None:
-            await self.keepalive.stop()
-        outcome = self.outcome
-        failure = openai_error(UpstreamFailed(self.pool.name, _failure_kind(error)))
-        fresh = outcome.status == CLIENT_CLOSED and not self.committed  # nothing sent yet
-        if fresh and self.out.fallback is not None and error.kind in ("timeout", "connect"):
-            outcome.status = 200
-            await send_passages_answer(send, model=self.out.model, evidence=self.out.fallback,
-                                       stream=self.out.stream, reason="upstream_" + error.kind)
-        elif fresh:  # a proper status code
-            outcome.status = failure.status
-            await failure.send(send)
+        if not self.client.started and self.out.fallback is not None and error.kind in ("timeout", "connect"):
+            await answer_with_passages(self.client, self.out, self.out.fallback, "upstream_" + error.kind)
         else:
-            if outcome.status == CLIENT_CLOSED:  # only keep-alives went out
-                outcome.status = failure.status
-            event = sse_error_event(f"Upstream stream ended early ({error.kind}).", "upstream_error",
-                                    "upstream_" + error.kind)
-            await send({"type": "http.response.body", "body": event, "more_body": False})
+            await self.client.fail(UpstreamFailed(self.pool.name, _failure_kind(error)))
 
     def _count_error(self, kind: str) -> None:
         self.record.metrics.upstream_error(self.pool.name, self.replica.base_url, kind)
@@ -174,10 +143,10 @@ class Exchange:
         return True
 
     async def _store(self, completion: dict | None) -> None:
-        if self.answer is not None:
-            await self.answer.put(completion)
+        if self.store is not None:
+            await self.store.put(completion)
 
-    async def _relay_whole(self, send: Send, watch: DisconnectWatch, reply: Reply) -> None:
+    async def _relay_whole(self, reply: Reply) -> None:
         body = await reply.read()
         if reply.status == 200 and self.out.tap is not None:
             tapped, self.outcome.usage = await self.out.tap.whole(body)
@@ -186,50 +155,35 @@ class Exchange:
             body = tapped
         elif reply.status == 200:
             self.outcome.usage = usage_in(body)
-            if self.answer is not None:
+            if self.store is not None:
                 try:
                     await self._store(orjson.loads(body))
                 except orjson.JSONDecodeError:
                     pass
         if reply.status >= 500:
             self._count_error("status_5xx")
-        self.outcome.status = reply.status
-        await send({
-            "type": "http.response.start",
-            "status": reply.status,
-            "headers": [
-                (b"content-type", reply.content_type.encode("latin-1")),
-                (b"content-length", str(len(body)).encode()),
-                *self.out.headers,
-            ],
-        })
-        watch.finished = True
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+        await self.client.whole(reply.status, reply.content_type.encode("latin-1"), body)
 
-    async def _relay_error_event(self, send: Send, watch: DisconnectWatch, reply: Reply) -> None:
-        """The engine refused a stream after keep-alives went out with a 200: its error as the last event."""
+    async def _relay_error_event(self, reply: Reply) -> None:
+        """The engine refused a stream after keep-alives went out with a 200: its own error as the last event,
+        where it wrote one, recorded with its status."""
         body = await reply.read()
-        self.outcome.status = reply.status
         if reply.status >= 500:
             self._count_error("status_5xx")
         try:
             error = orjson.loads(body).get("error")
         except (orjson.JSONDecodeError, AttributeError):
             error = None
-        if isinstance(error, dict):
-            event = b"data: " + orjson.dumps({"error": error}) + b"\n\n"
-        else:
-            event = sse_error_event(f"Upstream answered HTTP {reply.status}.", "upstream_error",
-                                    f"upstream_status_{reply.status}")
-        watch.finished = True
-        await send({"type": "http.response.body", "body": event, "more_body": False})
+        if not isinstance(error, dict):
+            await self.client.fail(Rejection(reply.status, f"Upstream answered HTTP {reply.status}.",
+                                             code=f"upstream_status_{reply.status}", type="upstream_error"))
+            return
+        await self.client.end(b"data: " + orjson.dumps({"error": error}) + b"\n\n", status=reply.status)
 
-    async def _relay_stream(self, send: Send, watch: DisconnectWatch, reply: Reply, first: bytes) -> bool:
+    async def _relay_stream(self, reply: Reply, first: bytes) -> bool:
         """Relay the stream; False where the tap cut it off (the rest of the reply is not read)."""
-        self.outcome.status = 200
-        if not self.committed:
-            headers = [*SSE_HEADERS, *self.out.headers] if self.out.headers else SSE_HEADERS
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
+        client = self.client
+        await client.open_stream()
         first_at = self.outcome.first_chunk
         if first_at is None:
             first_at = self.outcome.first_chunk = perf_counter()
@@ -237,7 +191,7 @@ class Exchange:
                 self.record.metrics.observe_ttft(self.record.route, first_at - self.record.started)
         chunk = first
         tail = b""
-        kept: list[bytes] | None = [] if self.answer is not None else None  # for the answer store
+        kept: list[bytes] | None = [] if self.store is not None else None  # for the answer store
         events = 0
         held = b""  # the start of an event not yet whole, while hiding the usage event
         hide_usage = self.out.hide_usage
@@ -252,12 +206,12 @@ class Exchange:
             if hide_usage:
                 chunk, held = hide_usage_events(held + chunk if held else chunk)
             if chunk:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await client.event(chunk)
             if tap is not None and tap.cut_off:
                 break
             chunk = await reply.next_chunk()
         if held:
-            await send({"type": "http.response.body", "body": held, "more_body": True})
+            await client.event(held)
         self.outcome.streamed = perf_counter() - first_at
         if tap is not None:
             self.outcome.usage = tap.stream_usage(events)
@@ -266,10 +220,9 @@ class Exchange:
             last, ends = await tap.stream_done()
             if not ends:  # the answer goes on in another leg
                 if last:
-                    await send({"type": "http.response.body", "body": last, "more_body": True})
+                    await client.event(last)
                 return True
-            watch.finished = True
-            await send({"type": "http.response.body", "body": last, "more_body": False})
+            await client.end(last)
             return not tap.cut_off
         prompt, completion = usage_in(tail)  # present when the client asked for include_usage
         self.outcome.usage = (prompt, completion if completion is not None else streamed_completion_tokens(events))
@@ -277,6 +230,5 @@ class Exchange:
             raise UpstreamBroken("stream closed without [DONE]")
         if kept is not None:
             await self._store(completion_from_stream(b"".join(kept)))
-        watch.finished = True
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await client.end()
         return True

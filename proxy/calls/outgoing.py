@@ -1,5 +1,6 @@
-"""A call's request as it goes upstream (``Outgoing``, decided by the route) and what the client was
-answered (``Outcome``, filled in by the ``Exchange`` as the call goes)."""
+"""A call's request as it goes upstream (``Outgoing``, decided by the route) and what the call learned of
+the answer (``Outcome``, filled in by the ``Exchange`` as the call goes); what the client was sent is its
+``ClientAnswer``'s."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass, field
 from proxy.calls.answer_tap import AnswerTap
 from proxy.upstream.placement import Placement
 from proxy.upstream.replica import Replica
+from proxy.wire.headers import ResponseHeaders
 
 CLIENT_CLOSED = 499  # nginx's code for "client closed the request", used in metrics only
 
@@ -21,7 +23,7 @@ class Outgoing:
     stream: bool
     model: str
     placement: Placement  # the prompt's place among the pool's replicas, for the replica choice (``Pool.pick``)
-    headers: list[tuple[bytes, bytes]]  # prefixgate's own response headers, added to the upstream's
+    headers: ResponseHeaders  # prefixgate's own response headers, as the steps reported them
     fallback: str | None = None  # retrieved evidence to answer with if the model cannot
     hide_usage: bool = False  # the gateway asked for the stream's usage event; the client did not
     tap: AnswerTap | None = None  # reads the answer in place of chat's framing (Responses, a continued answer)
@@ -29,9 +31,8 @@ class Outgoing:
 
 @dataclass(slots=True)
 class Outcome:
-    """What the client was answered: filled in as the call goes."""
+    """What the call learned of the answer: filled in as it goes."""
 
-    status: int = CLIENT_CLOSED
     usage: tuple[int | None, int | None] = (None, None)  # (prompt, completion) tokens, where known
     streamed: float | None = None  # seconds from a stream's first chunk to its last
     first_chunk: float | None = None  # when the stream's first chunk came (perf_counter), of its first leg

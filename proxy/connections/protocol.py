@@ -17,16 +17,17 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from policies.admission.refusals import RequestTimeout, TooManyConnections
-from proxy.connections.guard import EVICTED, HEADER_TIMEOUT, IDLE, ConnectionGuard
+from policies.refusals import RequestTimeout, TooManyConnections
+from proxy.connections.guard import CloseReason, ConnectionGuard
+from proxy.wire.answer import ClientAnswer
 from proxy.wire.errors import openai_error
 
 PROBES = frozenset({"/health", "/ready", "/metrics"})  # answered even over the cap
 
 
-def _timeout_response(reason: str) -> bytes:
+def _timeout_response(reason: CloseReason) -> bytes:
     """A 408 written straight to the socket: the request never reached the app."""
-    body = openai_error(RequestTimeout(evicted=reason == EVICTED)).body()
+    body = openai_error(RequestTimeout(evicted=reason == CloseReason.EVICTED)).body()
     return (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
             b"connection: close\r\n\r\n%s" % (len(body), body))
 
@@ -55,7 +56,7 @@ class ProbesOnly:
             await self.app(scope, receive, send)
             return
         self.guard.refused()
-        await openai_error(TooManyConnections()).send(send)
+        await ClientAnswer(send).fail(TooManyConnections())
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -66,7 +67,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.begun = False  # a request's first byte is in, its headers are not
         self.probes_only = False
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn narrows it too
         super().connection_made(transport)
         if not self.guard.opened(self):
             self.probes_only = True
@@ -112,7 +113,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         else:
             self.guard.body_received(self)
 
-    def expire(self, reason: str) -> str:
+    def expire(self, reason: CloseReason) -> CloseReason:
         """Close now. A request that has begun and has no answer yet gets a 408 first, and its handler
         sees the client leave; a connection that sent nothing is just closed, and so is one in the middle
         of an answer (a body still arriving after its answer began), whose bytes a 408 would corrupt."""
@@ -126,4 +127,4 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if waiting or mid_answer:
             cycle.disconnected = True  # the handler's sends are dropped, its receive says the client left
             cycle.message_event.set()
-        return reason if self.begun or waiting or reason != HEADER_TIMEOUT else IDLE
+        return reason if self.begun or waiting or reason != CloseReason.HEADER_TIMEOUT else CloseReason.IDLE

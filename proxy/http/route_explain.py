@@ -6,12 +6,13 @@ replica the same question at the same moment to measure whether they choose alik
 prefix`` and ``kv_events`` promise without the replicas talking to each other. The body is the request as
 a client would send it; the tenant is named in ``x-prefixgate-tenant`` (the admin key is no tenant's).
 
-The request goes through its own steps up to the replica choice: validation, the tenant's canonical
-rewrite, the output-length prediction, the pool, the cache salt, the prompt's key on the ring and the
-blocks each engine holds (``Pool.place``), then ``Pool.explain``. Nothing is taken or counted: no
-slot, no rate-limit charge, no memory of the choice, no metric, no upstream call. Retrieval is not run:
-its passages go after the prefix the engines hold, so they change the choice only when an engine holds
-the same passages after the same prefix.
+The request goes through the route's own steps (``Preparation``) with their effects off, up to the replica
+choice: validation, the tenant's canonical rewrite, admission's caps and output-length prediction, the pool,
+the call as planned for it (its caps, the cache salt), the cut where it starts short, the prompt's key on
+the ring and the blocks each engine holds (``Pool.place``), then ``Pool.explain``. Nothing is taken or
+counted: no slot, no rate-limit charge, no memory of the choice, no metric, no upstream call. Retrieval is
+not run: its passages go after the prefix the engines hold, so they change the choice only when an engine
+holds the same passages after the same prefix.
 """
 
 from __future__ import annotations
@@ -22,19 +23,19 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from policies.admission.length import Prediction
-from policies.admission.refusals import AdminOnly, Refused, UnknownTenant
-from policies.admission.token_caps import cap_output
-from policies.prompt.prompt import rewrite_chat
-from policies.prompt.stable_prefix import chat_pieces, completion_pieces
-from policies.request.types import Endpoint, RequestView
-from policies.routing.continuation import continuable, cut_of
+from policies.refusals import AdminOnly, Refused, UnknownTenant
+from policies.request.types import RequestView
 from proxy.auth.tenants import TenantPolicy
+from proxy.calls.call import Continuation
 from proxy.config.gateway import OPEN_TENANT
 from proxy.gateway import Gateway
-from proxy.http.body import ClientGone, checked_request, read_body
+from proxy.http.body import ClientGone
+from proxy.http.dialect import Dialect
+from proxy.http.preparation import Preparation
+from proxy.observability.request_record import RequestRecord
 from proxy.upstream.pool import Pool
 from proxy.wire import headers as x_prefixgate
+from proxy.wire.headers import RequestHeaders
 
 
 def _tenant(gateway: Gateway, request: Request) -> TenantPolicy:
@@ -51,65 +52,56 @@ def _tenant(gateway: Gateway, request: Request) -> TenantPolicy:
     return tenant
 
 
-def _continuation(gateway: Gateway, pool: Pool, reason: str, view: RequestView, body: dict[str, Any],
-                  may_cut: bool, prediction: Prediction | None) -> dict[str, Any]:
+def _continuation(gateway: Gateway, steps: Preparation, pool: Pool, view: RequestView,
+                  continuation: Continuation | None) -> dict[str, Any]:
     """Whether the request starts short (cut at the short pool's threshold, continued in the long pool) and
     why: the share of its template's answers within the threshold (None: not known yet) against the pool's
     ``long_when_short_below``, or what rules a cut out."""
     model = view.model
     short = next((p for p in gateway.upstreams.short_pools if gateway.upstreams.continues_in(p, model)), None)
+    prediction, admitted = steps.prediction, steps.admitted
     if short is None or prediction is None:
         return {}
     threshold, share = short.option.short_threshold, prediction.short_share
-    starts = may_cut and pool is short and reason not in ("named", "merged")
-    cut = cut_of(body, threshold, view.output_fields) if starts else None
+    may_cut = admitted is not None and admitted.may_cut
     why = ("the answer may not be cut (tools, response_format, guided decoding, n, logprobs, echo, seed or an output "
            "penalty)"
-           if not may_cut else "the client named the pool" if reason == "named"
-           else f"its own max_tokens fits {threshold}" if pool is short and cut is None
+           if not may_cut else "the client named the pool" if steps.reason == "named"
+           else f"its own max_tokens fits {threshold}" if pool is short and continuation is None
            else "no history yet: unknown templates start short" if share is None
            else f"{share:.0%} of its template's answers fit {threshold} (long below "
                 f"{short.option.long_when_short_below:.0%})")
-    return {"starts_short": cut is not None, "cut_at": threshold if cut is not None else None,
-            "continues_in": gateway.upstreams.continues_in(short, model).name if cut is not None else None,
+    return {"starts_short": continuation is not None,
+            "cut_at": continuation.answer.cut.at if continuation is not None else None,
+            "continues_in": continuation.long.name if continuation is not None else None,
             "short_share": share, "why": why}
 
 
-def route_explainer(endpoint: Endpoint) -> Any:
-    """The Starlette endpoint that explains the choice for requests of ``endpoint`` (chat or completions)."""
+def route_explainer(dialect: Dialect) -> Any:
+    """The Starlette endpoint that explains the choice for requests of ``dialect`` (chat or completions)."""
 
     async def explain(request: Request) -> Response:
         gateway: Gateway = request.state.gateway
         if not gateway.keys.is_admin(request.headers.get("authorization")):
             raise Refused(AdminOnly(request.url.path))
         tenant = _tenant(gateway, request)
+        record = RequestRecord(gateway.metrics, None, dialect.upstream_path, counted=False)
+        steps = Preparation(gateway, dialect, record, effects=False)
+        headers = RequestHeaders.of(request.scope)
         try:
-            raw = await read_body(request.receive, request.headers.get("content-length", "").encode() or None,
-                                  gateway.config.server.max_body_bytes)
+            view, prompt = await steps.read(headers, request.receive)
         except ClientGone:
             return Response(status_code=499)  # nobody is left to read it; uvicorn sends nothing
-        view = checked_request(endpoint, raw, gateway.input_limits)
-        body = view.body
-        if endpoint == "chat":
-            body = rewrite_chat(body, tenant.prompt).body
-            pieces = chat_pieces(body)
-        else:
-            pieces = completion_pieces(body)
-        prediction, may_cut = None, continuable(body, endpoint)
-        if gateway.admission.predicts:  # the pool by output length, as ``Admission.prepare`` predicts it
-            capped = cap_output(body, tenant.admission.caps, view.output_fields)
-            if isinstance(capped, dict):
-                body, prediction = capped, gateway.admission.predict(capped, pieces, tenant.name, endpoint)[2]
-        pool, pool_reason = gateway.upstreams.pool_for(
-            view.model, predicted_p90=prediction.p90 if prediction is not None else None,
-            short_share=prediction.short_share if prediction is not None else None,
-            continuable=prediction is not None and may_cut, named=request.headers.get(x_prefixgate.POOL.decode()))
+        pool = await steps.route(view, prompt, tenant, headers)
+        planned = steps.plan(view, prompt, tenant, pool, headers)
+        out = steps.outgoing(pool, view, tenant, prompt, planned)
+        continuation = steps.continuation(pool, view, tenant, prompt, planned, out, headers)
+        prediction = steps.prediction
         answer: dict[str, Any] = {"tenant": tenant.name, "model": view.model, "pool": pool.name,
-                                  "pool_reason": pool_reason,
+                                  "pool_reason": steps.reason,
                                   "predicted_output_p90": prediction.p90 if prediction is not None else None}
-        answer |= _continuation(gateway, pool, pool_reason, view, body, may_cut, prediction)
-        salt = tenant.salt.upstream_salt(body.get("cache_salt"))
-        explained = pool.explain(pool.place(pieces, body, view.model, salt))
+        answer |= _continuation(gateway, steps, pool, view, continuation)
+        explained = pool.explain(out.placement)
         if explained is not None:  # a pool that picks replicas
             answer |= {"replica": explained.replica, "reason": explained.reason, "replicas": explained.replicas}
         return Response(orjson.dumps(answer), media_type="application/json")

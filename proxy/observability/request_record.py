@@ -17,10 +17,11 @@ from proxy.observability.metrics import Metrics
 
 
 class RequestRecord:
-    __slots__ = ("entry", "label", "log", "metrics", "pool", "route", "started")
+    __slots__ = ("counted", "entry", "label", "log", "metrics", "pool", "route", "started")
 
-    def __init__(self, metrics: Metrics, log: AccessLog | None, route: str) -> None:
+    def __init__(self, metrics: Metrics, log: AccessLog | None, route: str, *, counted: bool = True) -> None:
         self.started = perf_counter()
+        self.counted = counted  # False: a request only explained (the admin route), whose stages count nothing
         self.metrics = metrics
         self.log = log
         self.route = route
@@ -29,7 +30,8 @@ class RequestRecord:
         self.entry: dict[str, Any] | None = None if log is None else {"ts": round(time(), 3), "route": route}
 
     def tenant(self, name: str) -> None:
-        self.label = self.metrics.tenant_label(name)
+        if self.counted:
+            self.label = self.metrics.tenant_label(name)
         if self.entry is not None:
             self.entry["tenant"] = name
 
@@ -41,7 +43,8 @@ class RequestRecord:
     def stage(self, name: str, since: float) -> float:
         """A stage that began at ``since`` (its metric, and its place in the log line); returns now."""
         now = perf_counter()
-        self.metrics.observe_stage(name, now - since)
+        if self.counted:
+            self.metrics.observe_stage(name, now - since)
         if self.entry is not None:
             self.entry.setdefault("stage_ms", {})[name] = round((now - since) * 1000, 3)
         return now

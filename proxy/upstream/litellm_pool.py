@@ -11,21 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-from starlette.types import Send
-from uvicorn.protocols.utils import ClientDisconnected
 
-from policies.admission.refusals import ProviderFailed
+from policies.refusals import ProviderFailed, Refused
 from proxy.clock import SYSTEM_CLOCK, Clock
 from proxy.config.pools import LitellmPoolConfig
 from proxy.transports.base import TransportFactory
-from proxy.upstream.pool import Pool, Usage
-from proxy.wire.errors import openai_error, refusal_event
+from proxy.upstream.pool import Pool, Relayed, RelayedStream, Usage
 
 ENGINE_ONLY_FIELDS = ("cache_salt",)  # vLLM extensions a hosted API would refuse
-_SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 
 
 class LitellmPool(Pool):
@@ -51,13 +48,12 @@ class LitellmPool(Pool):
         await asyncio.to_thread(load_litellm)
         return []
 
-    async def relay(self, send: Send, body: bytes, *, stream: bool, headers: list[tuple[bytes, bytes]],
-                    head_sent: bool) -> tuple[int, Usage]:
-        """Answer the request body through litellm: the status and (prompt, completion) tokens."""
+    async def relay(self, body: bytes, *, stream: bool) -> Relayed:
+        """Answer the request body through litellm (``relay_via_litellm``)."""
         config = self.provider
-        return await relay_via_litellm(send, pool=self.name, body=orjson.loads(body), stream=stream,
+        return await relay_via_litellm(pool=self.name, body=orjson.loads(body), stream=stream,
                                        model=config.litellm_model, api_base=config.api_base, api_key=config.api_key,
-                                       timeout=config.timeouts.total, headers=headers, head_sent=head_sent)
+                                       timeout=config.timeouts.total)
 
 
 def load_litellm() -> Any:
@@ -94,52 +90,44 @@ def _provider_failed(error: Exception, pool: str) -> ProviderFailed:
     return ProviderFailed(pool, status, first)
 
 
-def _usage(usage: Any) -> tuple[int | None, int | None]:
+def _usage(usage: Any) -> Usage:
     if usage is None:
         return None, None
     return getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
 
 
-async def relay_via_litellm(send: Send, *, pool: str, body: dict[str, Any], stream: bool, model: str | None,
-                            api_base: str | None, api_key: str | None, timeout: float,
-                            headers: list[tuple[bytes, bytes]],
-                            head_sent: bool = False) -> tuple[int, tuple[int | None, int | None]]:
-    """Answer ``body`` through litellm; returns the status and the usage reported. ``head_sent``:
-    SSE keep-alives already sent the 200, so only events may follow."""
+async def relay_via_litellm(*, pool: str, body: dict[str, Any], stream: bool, model: str | None,
+                            api_base: str | None, api_key: str | None, timeout: float) -> Relayed:
+    """Answer ``body`` through litellm, as data the call sends; raises ``Refused`` with the provider's failure."""
     litellm = load_litellm()
     try:
         answer = await litellm.acompletion(**_arguments(body, model, api_base, api_key, timeout))
     except Exception as error:  # litellm maps each provider's errors to its own exception types
-        failed = _provider_failed(error, pool)
-        if head_sent:
-            await send({"type": "http.response.body", "more_body": False, "body": refusal_event(failed)})
-        else:
-            await openai_error(failed).send(send)
-        return failed.status, (None, None)
+        raise Refused(_provider_failed(error, pool)) from error
     if not stream:
-        payload = orjson.dumps(answer.model_dump(exclude_none=True))
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *headers]})
-        await send({"type": "http.response.body", "body": payload, "more_body": False})
-        return 200, _usage(getattr(answer, "usage", None))
-    if not head_sent:
-        await send({"type": "http.response.start", "status": 200, "headers": [*_SSE_HEADERS, *headers]})
-    usage: tuple[int | None, int | None] = (None, None)
-    chunks = 0
-    try:
-        async for chunk in answer:
-            chunks += 1
-            if getattr(chunk, "usage", None) is not None:
-                usage = _usage(chunk.usage)
-            event = b"data: " + orjson.dumps(chunk.model_dump(exclude_none=True)) + b"\n\n"
-            await send({"type": "http.response.body", "body": event, "more_body": True})
-    except ClientDisconnected:  # the client left: the call's own handling, not a provider error event
-        raise
-    except Exception as error:
-        await send({"type": "http.response.body", "more_body": False,
-                    "body": refusal_event(_provider_failed(error, pool))})
-        return 200, usage
-    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
-    if usage == (None, None):
-        usage = (None, max(chunks - 1, 0))
-    return 200, usage
+        return Relayed(orjson.dumps(answer.model_dump(exclude_none=True)), _usage(getattr(answer, "usage", None)))
+    return Relayed(stream=LitellmStream(answer, pool))
+
+
+class LitellmStream(RelayedStream):
+    """litellm's chunks as OpenAI's SSE events; a failure while they are read raises the provider's refusal."""
+
+    __slots__ = ("chunks", "pool", "usage")
+
+    def __init__(self, chunks: AsyncIterator[Any], pool: str) -> None:
+        self.chunks = chunks
+        self.pool = pool
+        self.usage: Usage = (None, None)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        count = 0
+        try:
+            async for chunk in self.chunks:
+                count += 1
+                if getattr(chunk, "usage", None) is not None:
+                    self.usage = _usage(chunk.usage)
+                yield b"data: " + orjson.dumps(chunk.model_dump(exclude_none=True)) + b"\n\n"
+        except Exception as error:
+            raise Refused(_provider_failed(error, self.pool)) from error
+        if self.usage == (None, None):
+            self.usage = (None, max(count - 1, 0))

@@ -3,17 +3,17 @@
 A kind of pool is a subclass of ``Pool`` named in ``POOL_KINDS`` with its config model (``config_model``): it
 says what it runs while the gateway serves (``start``) and how it serves a request. It serves in one of two
 ways: ``pick`` gives a replica, and the call exchanges the request with it over HTTP (``ReplicaPool``, kind
-``openai``); or ``pick`` gives none, and the call hands the request to ``relay``, which answers it
-(``LitellmPool``). The call asks only that, so it needs no test of which kind it holds.
+``openai``); or ``pick`` gives none, and the call hands the request to ``relay``, which answers it as data
+(``Relayed``) that the call sends (``LitellmPool``). The call asks only that, so it needs no test of which
+kind it holds.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from typing import Any, ClassVar
-
-from starlette.types import Send
 
 from policies.admission.length import PoolOption, ShortRecall, split_pays
 from policies.admission.token_caps import TokenCaps
@@ -28,6 +28,25 @@ from proxy.upstream.placement import NOWHERE, Explained, Picked, Placement
 
 Usage = tuple[int | None, int | None]  # (prompt, completion) tokens, as far as they are known
 Sample = tuple[LoadGauge, list[str], float]  # a load gauge, its label values, its value
+
+
+class RelayedStream:
+    """A stream a pool answers itself (``Pool.relay``): its SSE events as they come, each framed (``[DONE]``
+    left to the call), and the usage it reported, whole once the events are read."""
+
+    usage: Usage = (None, None)
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class Relayed:
+    """A pool's own answer (``Pool.relay``): a whole JSON body with its usage, or a stream."""
+
+    body: bytes = b""
+    usage: Usage = (None, None)
+    stream: RelayedStream | None = None
 
 
 class Pool:
@@ -101,10 +120,9 @@ class Pool:
         """What ``pick`` would choose now and why (the admin route); None where it picks no replica."""
         return None
 
-    async def relay(self, send: Send, body: bytes, *, stream: bool, headers: list[tuple[bytes, bytes]],
-                    head_sent: bool) -> tuple[int, Usage]:
-        """Answer a request that ``pick`` gave no replica: the status and the usage. ``head_sent``: SSE
-        keep-alives already sent the 200, so only events may follow."""
+    async def relay(self, body: bytes, *, stream: bool) -> Relayed:
+        """Answer a request that ``pick`` gave no replica, as data the call sends (it writes nothing itself);
+        raises ``Refused`` with the provider's failure, before the answer or while its stream is read."""
         raise NotImplementedError(f"pool '{self.name}' picks a replica for every request")
 
     async def start(self, timeout: float) -> list[asyncio.Task[None]]:

@@ -18,15 +18,17 @@ from types import TracebackType
 
 from starlette.types import Receive
 
+from proxy.wire.answer import ClientAnswer
+
 
 class DisconnectWatch:
-    __slots__ = ("_receive", "_task", "_watcher", "finished", "gone")
+    __slots__ = ("_receive", "_task", "_watcher", "answer", "gone")
 
-    def __init__(self, receive: Receive) -> None:
+    def __init__(self, receive: Receive, answer: ClientAnswer) -> None:
         self._receive = receive
         self._task: asyncio.Task[object] | None = None
         self._watcher: asyncio.Task[None] | None = None
-        self.finished = False  # set before the last write: the server then reports a disconnect itself
+        self.answer = answer  # its last write under way (``finished``): the server then reports a disconnect itself
         self.gone = False
 
     async def __aenter__(self) -> DisconnectWatch:
@@ -38,7 +40,7 @@ class DisconnectWatch:
         while True:
             message = await self._receive()
             if message["type"] == "http.disconnect":
-                if not self.finished and self._task is not None:
+                if not self.answer.finished and self._task is not None:
                     self.gone = True
                     self._task.cancel()
                 return
@@ -49,7 +51,7 @@ class DisconnectWatch:
         assert self._watcher is not None and self._task is not None
         watcher = self._watcher
         if not watcher.done():
-            if self.finished:  # the server has just woken the watcher; let it run first
+            if self.answer.finished:  # the server has just woken the watcher; let it run first
                 asyncio.get_running_loop().call_soon(_cancel_if_pending, watcher)
             else:
                 watcher.cancel()

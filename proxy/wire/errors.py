@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Protocol
 
 import orjson
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Send
 
-from policies.admission.limits import ratelimit_headers, reset_text
-from policies.admission.refusals import (
+from policies.refusals import (
     AdminOnly,
     InternalError,
     LimiterDown,
@@ -37,7 +36,7 @@ from policies.admission.refusals import (
     UpstreamFailed,
 )
 from policies.request.types import Rejection
-from proxy.wire.headers import POOL, TENANT
+from proxy.wire.headers import POOL, TENANT, ratelimit_headers, reset_text
 
 POOL_PARAM, TENANT_PARAM = POOL.decode(), TENANT.decode()  # the header an error's ``param`` names
 
@@ -84,13 +83,33 @@ class OpenAIError:
     def response(self) -> Response:
         return Response(self.body(), self.status, headers=self.headers, media_type="application/json")
 
-    async def send(self, send: Send) -> None:
-        """Answer with this error on a bare ASGI ``send`` (the hot routes have no Response objects)."""
-        body = self.body()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in self.headers.items()]
-        await send({"type": "http.response.start", "status": self.status, "headers": headers})
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+    def header_pairs(self) -> tuple[tuple[bytes, bytes], ...]:
+        """Its own headers (Retry-After, a 429's x-ratelimit-*) as a bare ASGI answer sends them."""
+        return tuple((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in self.headers.items())
+
+
+class ErrorShape(Protocol):
+    """An API's own error shape (``ClientAnswer.errors``): a refusal as its error answer, and that error as a
+    stream's last event."""
+
+    def error(self, refusal: Refusal) -> OpenAIError: ...
+
+    def event(self, error: OpenAIError) -> bytes: ...
+
+
+class OpenAIErrors:
+    """OpenAI's: ``{"error": {message, type, param, code}}``, the same object as an SSE ``data:`` event."""
+
+    __slots__ = ()
+
+    def error(self, refusal: Refusal) -> OpenAIError:
+        return openai_error(refusal)
+
+    def event(self, error: OpenAIError) -> bytes:
+        return sse_error_event(error.message, error.type, error.code)
+
+
+OPENAI_ERRORS = OpenAIErrors()
 
 
 def openai_error(refusal: Refusal) -> OpenAIError:
@@ -157,27 +176,26 @@ def _bad_header(refusal: UnknownPool | UnknownTenant | ModelNotInPool) -> OpenAI
     """A prefixgate header (x-prefixgate-pool, x-prefixgate-tenant) that names nothing it can serve."""
     match refusal:
         case UnknownPool(name, pools):
-            return OpenAIError(400, f"x-prefixgate-pool names no pool: '{name}' (pools: {', '.join(pools)}).",
+            return OpenAIError(400, f"{POOL_PARAM} names no pool: '{name}' (pools: {', '.join(pools)}).",
                                param=POOL_PARAM, code="unknown_pool")
         case UnknownTenant(None):
-            return OpenAIError(400, "Name the tenant whose request this is in the header x-prefixgate-tenant.",
+            return OpenAIError(400, f"Name the tenant whose request this is in the header {TENANT_PARAM}.",
                                param=TENANT_PARAM, code="missing_tenant")
         case UnknownTenant(name):
-            return OpenAIError(400, f"x-prefixgate-tenant names no tenant: '{name}'.", param=TENANT_PARAM,
+            return OpenAIError(400, f"{TENANT_PARAM} names no tenant: '{name}'.", param=TENANT_PARAM,
                                code="unknown_tenant")
-    return OpenAIError(400, f"Pool '{refusal.pool}' (x-prefixgate-pool) does not serve the model '{refusal.model}'.",
+    return OpenAIError(400, f"Pool '{refusal.pool}' ({POOL_PARAM}) does not serve the model '{refusal.model}'.",
                        param=POOL_PARAM, code="model_not_in_pool")
 
 
 def _rate_limited(refusal: RateLimited) -> OpenAIError:
-    limits, verdict = refusal.limits, refusal.verdict
-    headers = {k.decode(): v.decode() for k, v in ratelimit_headers(limits, verdict)}
-    if verdict.too_large:
+    headers = {k.decode(): v.decode() for k, v in ratelimit_headers(refusal.limits)}
+    if refusal.too_large:
+        tokens = next(state.limit for state in refusal.limits if state.unit == "tokens")
         return OpenAIError(429, f"Request too large: {refusal.tokens} tokens (prompt plus reserved output) against a "
-                                f"limit of {limits.tokens_per_minute} tokens per minute; lower max_tokens or the "
+                                f"limit of {tokens} tokens per minute; lower max_tokens or the "
                                 "prompt.", type="tokens", code="rate_limit_exceeded", headers=headers)
-    wait, which = verdict.retry_after, refusal.which
-    limit = limits.requests_per_minute if which == "requests" else limits.tokens_per_minute
+    wait, which, limit = refusal.refusing.reset, refusal.refusing.unit, refusal.refusing.limit
     headers["Retry-After"] = str(max(1, math.ceil(wait)))
     headers["retry-after-ms"] = str(max(1, math.ceil(wait * 1000)))
     return OpenAIError(429, f"Rate limit reached for {which} per minute: limit {limit}. "

@@ -1,13 +1,17 @@
 """The headers prefixgate reads from clients and adds to its answers: every ``x-prefixgate-*`` name is
-declared here and nowhere else. ``RequestHeaders`` reads a generation route's request headers from the raw
-ASGI list in one pass; ``ResponseHeaders`` is the one owner of what an answer carries of prefixgate's own,
-each step reporting what it learned by name."""
+declared here and nowhere else, and so are OpenAI's ``x-ratelimit-*``. ``RequestHeaders`` reads a generation
+route's request headers from the raw ASGI list in one pass; ``ResponseHeaders`` is the one owner of what an
+answer carries of prefixgate's own, each step reporting what it learned by name."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from starlette.types import Scope
+
+from policies.refusals import LimitState
 
 # From clients.
 RETRIEVAL = b"x-prefixgate-retrieval"  # "off": this request goes without added context
@@ -22,6 +26,11 @@ PASSAGES = b"x-prefixgate-passages"  # passages retrieval added, or "error"
 ANSWER_CACHE = b"x-prefixgate-answer-cache"  # "hit" (replayed) or "miss" (stored once answered)
 DEGRADED = b"x-prefixgate-degraded"  # answered with the retrieved passages instead, and why
 SERVER_TIMING = b"server-timing"  # retrieval's stages
+# OpenAI's, for each of a tenant's rate limits: its size per minute, what is left of it, when it has room again.
+RATELIMIT: dict[str, tuple[bytes, bytes, bytes]] = {
+    "requests": (b"x-ratelimit-limit-requests", b"x-ratelimit-remaining-requests", b"x-ratelimit-reset-requests"),
+    "tokens": (b"x-ratelimit-limit-tokens", b"x-ratelimit-remaining-tokens", b"x-ratelimit-reset-tokens"),
+}
 
 
 @dataclass(slots=True)
@@ -64,9 +73,9 @@ class ResponseHeaders(list[tuple[bytes, bytes]]):
         """How many passages went in (None: retrieval failed and the request went on without)."""
         self += ((PASSAGES, b"error" if passages is None else str(passages).encode()), (SERVER_TIMING, server_timing))
 
-    def rate_limits(self, headers: list[tuple[bytes, bytes]]) -> None:
-        """OpenAI's ``x-ratelimit-*`` headers (``ratelimit_headers``)."""
-        self += headers
+    def rate_limits(self, states: Iterable[LimitState]) -> None:
+        """OpenAI's ``x-ratelimit-*`` headers for the tenant's limits (``ratelimit_headers``)."""
+        self += ratelimit_headers(states)
 
     def pool(self, name: str) -> None:
         self.append((POOL, name.encode()))
@@ -81,3 +90,23 @@ class ResponseHeaders(list[tuple[bytes, bytes]]):
 
     def degraded(self, reason: str) -> None:
         self.append((DEGRADED, reason.encode()))
+
+
+def reset_text(seconds: float) -> str:
+    """OpenAI's x-ratelimit-reset-* form: "20ms", "1.5s", "6m0s"."""
+    if seconds < 1:
+        return f"{max(0, math.ceil(seconds * 1000))}ms"
+    if seconds < 60:
+        return f"{round(seconds, 3):g}s"
+    return f"{int(seconds // 60)}m{int(seconds % 60)}s"
+
+
+def ratelimit_headers(states: Iterable[LimitState]) -> list[tuple[bytes, bytes]]:
+    """OpenAI's x-ratelimit-* headers for each of a tenant's limits, in order (requests first): on every answer
+    of a limited tenant, and its 429s."""
+    headers = []
+    for state in states:
+        limit, remaining, reset = RATELIMIT[state.unit]
+        headers += [(limit, str(state.limit).encode()), (remaining, str(state.remaining).encode()),
+                    (reset, reset_text(state.reset).encode())]
+    return headers

@@ -12,8 +12,7 @@ can only be an SSE error event, so the interval should exceed a typical wait.
 from __future__ import annotations
 
 import asyncio
-
-from starlette.types import Send
+from collections.abc import Awaitable, Callable
 
 from proxy.clock import Clock
 
@@ -24,14 +23,12 @@ class KeepAlive:
     """Ticks from a task of its own, so the waiting code awaits its queue slot or first chunk as
     usual; stopped before the first real write, so its writes never interleave with the answer's."""
 
-    __slots__ = ("_stop", "_task", "clock", "headers", "interval", "send", "started")
+    __slots__ = ("_stop", "_task", "beat", "clock", "interval")
 
-    def __init__(self, send: Send, interval: float, headers: list[tuple[bytes, bytes]], clock: Clock) -> None:
-        self.send = send
+    def __init__(self, beat: Callable[[bytes], Awaitable[None]], interval: float, clock: Clock) -> None:
+        self.beat = beat  # writes a comment (``ClientAnswer``: the stream's status line first)
         self.interval = interval  # seconds of ``clock``, the pool's
         self.clock = clock
-        self.headers = headers  # the stream's response headers, sent with the first comment
-        self.started = False  # the status line and headers are out
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -47,10 +44,7 @@ class KeepAlive:
             except TimeoutError:
                 pass
             try:
-                if not self.started:
-                    self.started = True
-                    await self.send({"type": "http.response.start", "status": 200, "headers": self.headers})
-                await self.send({"type": "http.response.body", "body": COMMENT, "more_body": True})
+                await self.beat(COMMENT)
             except OSError:  # the client left; the request's own disconnect watch ends it
                 return
 

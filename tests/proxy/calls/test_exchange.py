@@ -16,7 +16,8 @@ from starlette.testclient import TestClient
 
 from policies.prompt.cache_salt import salt_policy
 from proxy.config.gateway import OPEN_TENANT
-from tests.support.clock import CHUNKS, ClockedEngine, FakeClock, meanwhile, settled
+from proxy.transports.base import UpstreamUnreachable
+from tests.support.clock import CHUNKS, ClockedEngine, ClockedReply, FakeClock, meanwhile, settled
 from tests.support.configs import pool
 from tests.support.fake_server import FakeServer
 from tests.support.in_memory import in_memory_gateway
@@ -200,3 +201,41 @@ def test_client_leaving_before_first_byte_closes_upstream(gateway: str, fake: Fa
     sock.close()
     wait_until(lambda: stats(fake)["disconnects"] > before, timeout=1.0, interval=0.02,
                what="the upstream to see its request dropped", state=lambda: stats(fake))
+
+
+class _ResetEngine(ClockedEngine):
+    """Its connection resets ``head_s`` seconds after the post, before any answer."""
+
+    async def post(self, url: str, body: bytes) -> ClockedReply:
+        self.posts += 1
+        await self.wait(self.head_s)
+        raise UpstreamUnreachable("connection reset before an answer")
+
+
+def test_an_unreachable_engine_has_one_code_whether_or_not_keep_alives_went_out(tmp_path: Path) -> None:
+    """The engine's connection resets 20 s after the post. A JSON request gets the 502 upstream_unreachable; a
+    stream whose status line a keep-alive sent (at 15 s) ends with an event of the same code and type."""
+    clock = FakeClock()
+    engine = _ResetEngine(clock, head_s=20)
+    config = {"pools": [pool("p", "http://p:8000/v1", stream_keepalive=15, timeouts={"first_byte": 3600},
+                             health={"interval": 0}, engine_metrics={"interval": 0})]}
+
+    def stream(client: TestClient) -> bytes:
+        with client.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as response:
+            assert response.status_code == 200
+            return response.read()
+
+    with in_memory_gateway(config, engine, clock, tmp_path) as client, meanwhile(clock) as background:
+        whole = background(client.post, "/v1/chat/completions", json=CHAT)
+        streamed = background(stream, client)
+        wait_until(lambda: engine.posts == 2, timeout=10, what="both requests to reach the engine")
+        for _ in range(5):
+            clock.advance(5)
+            settled(client)
+        answer, text = whole.result(timeout=10), streamed.result(timeout=10)
+    assert answer.status_code == 502
+    error = answer.json()["error"]
+    assert error["code"] == "upstream_unreachable"
+    assert text.startswith(b": keep-alive\n\n") and b"[DONE]" not in text
+    event = orjson.loads(events(text)[-1])["error"]
+    assert (event["code"], event["type"]) == (error["code"], error["type"])

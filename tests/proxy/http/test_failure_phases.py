@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 import orjson
 import pytest
 from starlette.testclient import TestClient
-from starlette.types import Send
 
 from policies.admission.fair_queue import FairQueue
 from policies.admission.limits import RateLimits, Verdict
-from policies.admission.refusals import InternalError, ProviderFailed, Refusal, Refused
+from policies.refusals import InternalError, ProviderFailed, Refusal, Refused
 from proxy.admission.pool_gate import PoolGate
 from proxy.admission.rate_limiter import Ticket
 from proxy.upstream import litellm_pool
+from proxy.upstream.pool import Relayed, RelayedStream
 from proxy.wire.errors import OpenAIError, openai_error, refusal_event
 from tests.proxy.http.test_refusals import EXAMPLES
 from tests.support.clock import FakeClock, settle
@@ -319,13 +319,15 @@ def test_a_stream_that_fails_after_keep_alives_is_counted_with_the_errors_status
 
 def test_a_relay_that_fails_after_its_head_ends_the_stream_with_an_error_event(
         client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The relay raises once its status line and a chunk are out (as a send that fails with an OSError other
-    than the client leaving would): the client should get the stream's last event, an error."""
-    async def relay(send: Send, body: bytes, **options: object) -> typing.NoReturn:
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})
-        await send({"type": "http.response.body", "body": CHUNK, "more_body": True})
-        raise Bug("a bug")
+    """The relay's stream raises once its status line and a chunk are out (a bug, not a provider's failure): the
+    client should get the stream's last event, an error."""
+    class Breaking(RelayedStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield CHUNK
+            raise Bug("a bug")
+
+    async def relay(body: bytes, **options: object) -> Relayed:
+        return Relayed(stream=Breaking())
 
     monkeypatch.setattr(client.app_state["gateway"].upstreams.by_name["hosted"], "relay", relay)
     body = {"model": "hosted", "messages": [{"role": "user", "content": "hi"}], "stream": True}

@@ -136,6 +136,8 @@ def test_when_the_model_cannot_answer_the_passages_come_back_instead_of_an_error
     answer = httpx.post(gateway + "/v1/chat/completions", headers=headers, timeout=30,
                         json={"model": "fake-hang", "messages": [question]})
     assert answer.status_code == 200 and answer.headers["x-prefixgate-degraded"] == "upstream_timeout"
+    # what the steps before the failure reported stays on the answer: the prompt's rewrite, the passages
+    assert int(answer.headers["x-prefixgate-passages"]) > 0 and answer.headers["x-prefixgate-volatile"] == "0"
     completion = answer.json()
     assert completion["object"] == "chat.completion" and completion["choices"][0]["finish_reason"] == "stop"
     assert "30 days" in completion["choices"][0]["message"]["content"]
