@@ -18,8 +18,8 @@ from proxy.caches.tiered import TieredCache
 
 
 class AnswerStore:
-    def __init__(self, store: TieredCache | None = None) -> None:
-        self._store = store or TieredCache()
+    def __init__(self, store: TieredCache) -> None:
+        self._store = store
 
     async def get(self, key: str) -> dict[str, Any] | None:
         return await self._store.get(key)

@@ -34,6 +34,7 @@ from proxy.calls.degraded import answer_with_passages
 from proxy.calls.exchange import Exchange
 from proxy.calls.outgoing import CLIENT_CLOSED, Outcome, Outgoing
 from proxy.observability.request_record import RequestRecord
+from proxy.upstream.placement import ExchangePool
 from proxy.upstream.pool import Pool
 from proxy.wire.answer import JSON, ClientAnswer
 from proxy.wire.disconnect import DisconnectWatch
@@ -54,8 +55,8 @@ class Continuation:
 class UpstreamCall:
     """The upstream call, performed when it is run with the client's ``receive`` and the request's answer."""
 
-    __slots__ = ("answer", "client", "continuation", "hold", "out", "outcome", "pool", "record", "replan", "slot",
-                 "taken_at", "tenant", "worked")
+    __slots__ = ("answer", "client", "continuation", "exchanged", "hold", "out", "outcome", "pool", "record",
+                 "replan", "slot", "taken_at", "tenant", "worked")
 
     def __init__(self, pool: Pool, out: Outgoing, *, tenant: str, record: RequestRecord,
                  hold: AdmissionHold | None = None, answer: AnswerToStore | None = None,
@@ -72,6 +73,7 @@ class UpstreamCall:
         self.slot: PoolGate | None = None  # the gate a slot is held of, until the call ends
         self.taken_at: float | None = None  # when a replica first took it (perf_counter)
         self.client: ClientAnswer | None = None  # what goes to the client, once the call runs
+        self.exchanged: ExchangePool | None = None  # the pool whose replica holds the request, as the exchange reads it
         self.continuation = continuation  # where the answer goes on if the short pool's engine cuts it
         self.worked = False  # an earlier leg's engine wrote part of the answer, or the pool's relay was asked
 
@@ -114,14 +116,15 @@ class UpstreamCall:
     async def _dispatch(self, client: ClientAnswer) -> None:
         """A slot and a replica of the pool, else of its overflow pool; then the exchange. Whatever refuses
         or fails on the way is answered here, in the form still open to the client (``_refuse``)."""
+        refusal: Refusal | None
         try:
             refusal = await self._enter_or_overflow()
             if refusal is None:
-                if self.outcome.replica is None:  # the pool picked none: it answers itself
+                if self.outcome.replica is None or self.exchanged is None:  # the pool picked none: it answers itself
                     await self._relay(client)
-                else:  # the pool that picked a replica is a ReplicaPool
-                    exchange = Exchange(self.pool, self.outcome.replica, self.out,  # type: ignore[arg-type]
-                                        self.outcome, self.record, client, self.answer)
+                else:
+                    exchange = Exchange(self.exchanged, self.outcome.replica, self.out, self.outcome, self.record,
+                                        client, self.answer)
                     await exchange.run()
                     if self.continuation is not None and self.continuation.answer.continuing:
                         await self._continue(client, self.continuation)
@@ -148,9 +151,8 @@ class UpstreamCall:
         refusal = await self._enter_or_overflow()
         if refusal is not None:
             raise Refused(refusal)
-        assert self.outcome.replica is not None  # a pool that is continued in picks replicas
-        exchange = Exchange(self.pool, self.outcome.replica, self.out, self.outcome,  # type: ignore[arg-type]
-                            self.record, client, None)
+        assert self.outcome.replica is not None and self.exchanged is not None  # a pool continued in picks replicas
+        exchange = Exchange(self.exchanged, self.outcome.replica, self.out, self.outcome, self.record, client, None)
         await exchange.run()
         self.record.metrics.continued(self.pool.name, self.tenant, answer.seam_gap, answer.prefilled)
 
@@ -227,7 +229,7 @@ class UpstreamCall:
         if self.taken_at is None:
             self.taken_at = perf_counter()
         picked.replica.take()
-        self.outcome.replica = picked.replica
+        self.outcome.replica, self.exchanged = picked.replica, picked.pool
         self.record.metrics.replica_chosen(pool.name, picked.replica.base_url, picked.reason)
         if picked.held_tokens is not None:
             self.record.metrics.held_at_choice(pool.name, picked.held_tokens)

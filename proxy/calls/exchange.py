@@ -14,9 +14,9 @@ from time import perf_counter
 
 import orjson
 
-from policies.refusals import UpstreamFailed, UpstreamFailure
 from policies.answers.answer_cache import completion_from_stream
 from policies.answers.usage import hide_usage_events, stream_events, streamed_completion_tokens, usage_in
+from policies.refusals import UpstreamFailed, UpstreamFailure
 from policies.request.types import Rejection
 from policies.routing.retry import retry_within_budget, retryable
 from proxy.caches.answers import AnswerToStore
@@ -24,8 +24,8 @@ from proxy.calls.degraded import answer_with_passages
 from proxy.calls.outgoing import Outcome, Outgoing
 from proxy.observability.request_record import RequestRecord
 from proxy.transports.base import Reply, UpstreamBroken, UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from proxy.upstream.placement import ExchangePool
 from proxy.upstream.replica import Replica
-from proxy.upstream.replica_pool import ReplicaPool
 from proxy.wire.answer import ClientAnswer
 
 MIN_RETRY_CONCURRENCY = 3  # retries a pool may run at once however few requests it has
@@ -41,7 +41,7 @@ def _failure_kind(error: UpstreamError) -> UpstreamFailure:
 class Exchange:
     __slots__ = ("client", "out", "outcome", "pool", "record", "replica", "store")
 
-    def __init__(self, pool: ReplicaPool, replica: Replica, out: Outgoing, outcome: Outcome, record: RequestRecord,
+    def __init__(self, pool: ExchangePool, replica: Replica, out: Outgoing, outcome: Outcome, record: RequestRecord,
                  client: ClientAnswer, store: AnswerToStore | None) -> None:
         self.pool = pool
         self.replica = replica  # the one that holds the request: the first one taken, or a retry's

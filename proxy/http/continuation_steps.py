@@ -10,9 +10,9 @@ from typing import Any
 
 import orjson
 
-from policies.admission.refusals import Refused
 from policies.admission.token_caps import TokenCaps, cap_output, requested_output
-from policies.request.types import Rejection, RequestView
+from policies.refusals import Refused
+from policies.request.types import Endpoint, Rejection, RequestView
 from policies.routing.continuation import bounded_by, continuable, continuation_body, cut_body, cut_of, stops_of
 from proxy.calls.call import Continuation
 from proxy.calls.continued_answer import ContinuedAnswer
@@ -20,10 +20,11 @@ from proxy.calls.outgoing import Outgoing
 from proxy.http.prompt import Planned, Prompt
 from proxy.upstream.pool import Pool
 from proxy.upstream.pools import Upstreams
+from proxy.wire.headers import ResponseHeaders
 
 
-def starts_short(upstreams: Upstreams, endpoint: str, pool: Pool, view: RequestView, prompt: Prompt, planned: Planned,
-                 out: Outgoing, long_leg: Callable[[Pool, ContinuedAnswer], Outgoing],
+def starts_short(upstreams: Upstreams, endpoint: Endpoint, pool: Pool, view: RequestView, prompt: Prompt,
+                 planned: Planned, out: Outgoing, long_leg: Callable[[Pool, ContinuedAnswer], Outgoing],
                  long_caps: Callable[[Pool], TokenCaps | None]) -> Continuation | None:
     """Where the answer goes on when ``pool``'s engine cuts it, with ``out`` made the short leg (its
     output cut at the pool's threshold, its answer read by the ``ContinuedAnswer``); None where ``pool``
@@ -53,8 +54,8 @@ def starts_short(upstreams: Upstreams, endpoint: str, pool: Pool, view: RequestV
     return Continuation(answer, long, long_leg)
 
 
-def long_leg_out(endpoint: str, route: str, pool: Pool, view: RequestView, prompt: Prompt, planned: Planned,
-                 answer: ContinuedAnswer, headers: list[tuple[bytes, bytes]]) -> Outgoing:
+def long_leg_out(endpoint: Endpoint, route: str, pool: Pool, view: RequestView, prompt: Prompt, planned: Planned,
+                 answer: ContinuedAnswer, headers: ResponseHeaders) -> Outgoing:
     """The long leg as it goes to ``pool``: the request as ``planned`` for it, with the short leg's text to
     continue from; its place among the pool's replicas read from that body, the partial answer part of
     the prompt whose blocks an engine may hold. Where the pool sends priority hints, the leg gets the
@@ -69,4 +70,5 @@ def long_leg_out(endpoint: str, route: str, pool: Pool, view: RequestView, promp
 def sent_body(planned: Planned) -> dict[str, Any]:
     """The body exactly as planned to be sent: a body nothing else changed gains the plan's fields in its
     bytes only (``with_field``: the cache salt, the usage option), so it is read from them."""
-    return orjson.loads(planned.shaped.raw)  # type: ignore[no-any-return]
+    body: dict[str, Any] = orjson.loads(planned.shaped.raw)
+    return body

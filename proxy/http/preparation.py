@@ -18,9 +18,10 @@ from time import perf_counter
 
 from starlette.types import Receive
 
-from policies.refusals import Refused
+from policies.admission.length import Prediction
 from policies.admission.request_plan import ShapedBody, plan_call, shape_body
 from policies.answers.answer_cache import answer_key
+from policies.refusals import Refused
 from policies.request.types import Rejection, RequestView
 from proxy.admission.request_admission import AdmissionHold, Admitted
 from proxy.auth.tenants import TenantPolicy
@@ -52,7 +53,8 @@ class Preparation:
         self.mark = record.started  # when the current stage began
         self.admitted: Admitted | None = None  # held until the answer ends, or given back
         self.headers = ResponseHeaders()  # prefixgate's own response headers, as the steps report them
-        self.reason, self.prediction = "model", None  # why the pool was chosen; admission's length prediction
+        self.reason = "model"  # why the pool was chosen
+        self.prediction: Prediction | None = None  # admission's length prediction
 
     async def run(self, headers: RequestHeaders, receive: Receive, client: ClientAnswer) -> UpstreamCall | None:
         tenant = self.authenticate(headers)

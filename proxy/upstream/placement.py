@@ -1,14 +1,37 @@
 """Where a prompt sits among one pool's replicas (``Placement``), found once by ``Pool.place`` and read
-by ``Pool.pick`` and ``Pool.explain``; the pick itself (``Picked``), with what the call records of it; and the
-choice as the admin route explains it (``Explained``)."""
+by ``Pool.pick`` and ``Pool.explain``; the pick itself (``Picked``), with what the call records of it and the
+pool as the exchange with the replica reads it (``ExchangePool``); and the choice as the admin route explains it
+(``Explained``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from policies.routing.replica import ReplicaReason
+from proxy.clock import Clock
+from proxy.config.upstream import Timeouts
 from proxy.upstream.replica import Replica
+
+
+class ExchangePool(Protocol):
+    """What the ``Exchange`` with a picked replica reads of its pool: its name, clock and timeouts, and its
+    retries (how many, the budget they share, the replica to move a request to)."""
+
+    name: str
+    clock: Clock
+    timeouts: Timeouts
+    retries: int
+    retry_budget: float
+    retrying: int
+
+    def in_flight(self) -> int: ...
+
+    def alternate(self, failed: Replica) -> Replica | None: ...
+
+    def retry_started(self) -> None: ...
+
+    def retry_ended(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +59,8 @@ class Picked:
 
     replica: Replica
     reason: ReplicaReason
-    held_tokens: int | None = None
+    held_tokens: int | None
+    pool: ExchangePool  # the pool that picked it, as the exchange with the replica reads it
 
 
 @dataclass(frozen=True, slots=True)

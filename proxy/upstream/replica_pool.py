@@ -15,12 +15,12 @@ from typing import Any
 
 import orjson
 
-from policies.admission.refusals import Refused, Shed
 from policies.prompt.stable_prefix import Pieces
+from policies.refusals import Refused, Shed, ShedReason
 from policies.routing.affinity import HashRing, prefix_key
 from policies.routing.health import EjectionRules, usable
 from policies.routing.replica import ReplicaReason, pick_replica
-from proxy.clock import SYSTEM_CLOCK, Clock
+from proxy.clock import Clock
 from proxy.config.pools import OpenAIPoolConfig
 from proxy.kv_events.routing import KvRouting
 from proxy.transports.base import TransportFactory, UpstreamError
@@ -42,7 +42,7 @@ class ReplicaPool(Pool):
 
     config_model = OpenAIPoolConfig
 
-    def __init__(self, config: OpenAIPoolConfig, transports: TransportFactory, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, config: OpenAIPoolConfig, transports: TransportFactory, clock: Clock) -> None:
         super().__init__(config, transports, clock)
         headers = {"Content-Type": "application/json"}
         if config.api_key:
@@ -95,13 +95,13 @@ class ReplicaPool(Pool):
         ``Shed`` refusal when no replica is healthy."""
         replicas, key = self.replicas, placement.key
         if len(replicas) == 1 and not replicas[0].health.tripped:
-            return Picked(replicas[0], "single", placement.held_tokens(0))
+            return Picked(replicas[0], ReplicaReason.SINGLE, placement.held_tokens(0), self)
         warm = self._warm.mask(key) if self._warm is not None and key is not None else 0
         start = next(self._turn)  # the turn among equals: least loaded (as in ``alternate``), or equal holders
         index, reason = self._choose(key, placement.held, warm, start)
         if self._warm is not None and key is not None:
             self._warm.remember(key, warm | 1 << index)
-        return Picked(replicas[index], reason, placement.held_tokens(index))
+        return Picked(replicas[index], reason, placement.held_tokens(index), self)
 
     def explain(self, placement: Placement = NOWHERE) -> Explained:
         """What ``pick`` would choose now (of equal holders as busy, the first: ``pick`` takes them in turn), and what
@@ -110,7 +110,7 @@ class ReplicaPool(Pool):
         now, key, held = self.clock(), placement.key, placement.held
         in_flight, healthy = self._loads(now, None, shared=held is not None and self._shared_load)
         if len(self.replicas) == 1 and not self.replicas[0].health.tripped:
-            index, reason = 0, "single"
+            index, reason = 0, ReplicaReason.SINGLE
         else:
             warm = self._warm.mask(key) if self._warm is not None and key is not None else 0
             index, reason = self._choose(key, held, warm, 0)
@@ -128,7 +128,7 @@ class ReplicaPool(Pool):
                               held_bound=self.kv.settings.held_bound if self.kv is not None else 1.0)
         if choice is None:
             back = min(r.health.ejected_until for r in self.replicas) - now  # the first to turn half-open
-            raise Refused(Shed(self.name, "no_healthy_upstream", retry_after=back))
+            raise Refused(Shed(self.name, ShedReason.NO_HEALTHY_UPSTREAM, retry_after=back))
         return choice
 
     def alternate(self, failed: Replica) -> Replica | None:

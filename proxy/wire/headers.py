@@ -65,7 +65,7 @@ class ResponseHeaders(list[tuple[bytes, bytes]]):
 
     __slots__ = ()
 
-    def prompt_rewrite(self, detected: int, moved: int, templated: bool) -> None:
+    def prompt_rewrite(self, detected: int, moved: int, templated: int) -> None:
         self += ((VOLATILE, str(detected).encode()), (RELOCATED, str(moved).encode()),
                  (TEMPLATED, str(templated).encode()))
 
