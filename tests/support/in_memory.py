@@ -1,7 +1,8 @@
 """A gateway driven in memory: Starlette's TestClient runs the app's lifespan and sends requests
-through ASGI, upstreams answer through ``MockUpstreams``, time moves with a ``FakeClock``. No socket,
-no thread, no sleep: for the shell's decisions (routing, retries, back-off, refusals). Tests of the
-network itself (disconnects, slow readers, killed upstreams) keep real sockets."""
+through ASGI, upstreams answer through ``MockUpstreams``, time moves with a ``FakeClock``. No socket and no
+sleep (the app runs on the event loop of the TestClient's portal thread, the test on its own): for the
+shell's decisions (routing, retries, back-off, refusals). Tests of the network itself (disconnects, slow
+readers, killed upstreams) keep real sockets."""
 
 from __future__ import annotations
 
