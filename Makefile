@@ -33,7 +33,9 @@ prometheus:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
+# The type check first ([tool.mypy] in pyproject.toml: proxy/ and policies/): a type error fails the target.
 test: $(STAMP) redis-server prometheus
+	$(PY) -m mypy
 	$(PY) -m pytest $(ARGS)
 
 # The overhead benchmark's closed-loop load (Debian's package).

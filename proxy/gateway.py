@@ -15,7 +15,7 @@ from proxy.auth.salt_secret import deployment_secret
 from proxy.auth.tenants import TenantPolicy, tenant_policies
 from proxy.caches.answers import AnswerStore
 from proxy.caches.tiered import tiered_cache
-from proxy.clock import SYSTEM_CLOCK, Clock
+from proxy.clock import Clock
 from proxy.config.gateway import Config
 from proxy.conversations.store import ResponseStore, open_response_store
 from proxy.observability.access_log import AccessLog
@@ -46,11 +46,11 @@ class Gateway:
 
     @classmethod
     async def start(cls, config: Config, metrics: Metrics, *, open_store: StoreOpener | None = None,
-                    transports: TransportFactory | None = None, clock: Clock = SYSTEM_CLOCK) -> Gateway:
+                    transports: TransportFactory | None = None, clock: Clock) -> Gateway:
         upstreams = Upstreams(config, transports, clock)
         metrics.attach(partial(pool_load_samples, upstreams))
         await upstreams.start()
-        retriever = await Retriever.start(config, metrics, open_store, clock) if config.wants_retrieval else None
+        retriever = await Retriever.start(config, metrics, open_store, clock=clock) if config.wants_retrieval else None
         secret = await asyncio.to_thread(deployment_secret, config.resolved_salt_secret, config.data_dir)
         tenants = tenant_policies(config, secret)
         # Default labels: the tenants API keys name (in open mode, its one tenant), by name.
@@ -58,7 +58,7 @@ class Gateway:
         labelled = config.metrics.tenants if config.metrics.tenants is not None else named
         metrics.label_tenants(labelled, config.metrics.max_tenants)
         wants_answers = any(t.answer_ttl for t in tenants.values())
-        answers = AnswerStore(tiered_cache(config.redis, "answers", metrics, clock)) if wants_answers else None
+        answers = AnswerStore(tiered_cache(config.redis, "answers", metrics, clock=clock)) if wants_answers else None
         limiter = open_limiter(config.redis, metrics.limiter_unavailable, clock)
         admission = Admission(limiter, TokenCounter(config.tokenizer), metrics, predicts=upstreams.routes_by_length,
                               on_length=upstreams.observe_length, short_threshold=upstreams.short_threshold)

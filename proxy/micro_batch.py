@@ -9,7 +9,7 @@ for its script calls (one pipeline, one round trip, for a burst of requests).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
 Item = TypeVar("Item")
@@ -30,7 +30,7 @@ class MicroBatcher(Generic[Item, Result]):
     """
 
     def __init__(
-        self, run_batch: Callable[[list[Item]], Awaitable[list[Result | Exception]]], *,
+        self, run_batch: Callable[[list[Item]], Awaitable[Sequence[Result | Exception]]], *,
         max_batch: int = 32, max_wait: float = 0.0, on_batch: Callable[[int], None] | None = None,
         call_later: Callable[[float, Callable[[], None]], asyncio.TimerHandle] | None = None,
     ) -> None:

@@ -15,9 +15,10 @@ limits; the caller keeps the window per tenant and passes the clock.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass
+
+from policies.refusals import LimitState, RateLimited
 
 WINDOW_SECONDS = 60.0
 
@@ -46,27 +47,21 @@ class Verdict:
         return max(self.reset_requests, self.reset_tokens)
 
 
-def reset_text(seconds: float) -> str:
-    """OpenAI's x-ratelimit-reset-* form: "20ms", "1.5s", "6m0s"."""
-    if seconds < 1:
-        return f"{max(0, math.ceil(seconds * 1000))}ms"
-    if seconds < 60:
-        return f"{round(seconds, 3):g}s"
-    return f"{int(seconds // 60)}m{int(seconds % 60)}s"
-
-
-def ratelimit_headers(limits: RateLimits, verdict: Verdict) -> list[tuple[bytes, bytes]]:
-    """OpenAI's x-ratelimit-* headers for a verdict: on every answer of a limited tenant, and its 429s."""
-    headers = []
+def limit_states(limits: RateLimits, verdict: Verdict) -> tuple[LimitState, ...]:
+    """Each limit the tenant has, requests first, as it stands after ``verdict``: what OpenAI's x-ratelimit-*
+    headers report (``proxy.wire.headers.ratelimit_headers`` writes them) and a ``RateLimited`` refusal carries."""
+    states = []
     if limits.requests_per_minute is not None:
-        headers += [(b"x-ratelimit-limit-requests", str(limits.requests_per_minute).encode()),
-                    (b"x-ratelimit-remaining-requests", str(verdict.remaining_requests).encode()),
-                    (b"x-ratelimit-reset-requests", reset_text(verdict.reset_requests).encode())]
+        states.append(LimitState("requests", limits.requests_per_minute, verdict.remaining_requests,
+                                 verdict.reset_requests))
     if limits.tokens_per_minute is not None:
-        headers += [(b"x-ratelimit-limit-tokens", str(limits.tokens_per_minute).encode()),
-                    (b"x-ratelimit-remaining-tokens", str(verdict.remaining_tokens).encode()),
-                    (b"x-ratelimit-reset-tokens", reset_text(verdict.reset_tokens).encode())]
-    return headers
+        states.append(LimitState("tokens", limits.tokens_per_minute, verdict.remaining_tokens, verdict.reset_tokens))
+    return tuple(states)
+
+
+def rate_limited(limits: RateLimits, verdict: Verdict, tokens: int) -> RateLimited:
+    """The refusal of a request of ``tokens`` (prompt plus reserved output) that ``verdict`` did not admit."""
+    return RateLimited(limit_states(limits, verdict), tokens, verdict.too_large)
 
 
 def output_reservation(max_tokens: int | None, predicted_p95: int | None, fallback: int) -> int:

@@ -22,7 +22,8 @@ import orjson
 from policies.admission.token_caps import TokenCaps, cap_output
 from policies.answers.answer_cache import cacheable
 from policies.prompt.cache_salt import SaltPolicy
-from policies.request.types import Rejection, RequestView
+from policies.refusals import Rejection
+from policies.request.types import RequestView
 
 USAGE_OPTION = b'{"include_usage":true}'
 

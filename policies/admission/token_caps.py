@@ -12,13 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from policies.request.types import Rejection
+from policies.refusals import Rejection
+
+CapAction = Literal["clamp", "reject"]  # what a cap does to a request over it
 
 
 @dataclass(frozen=True, slots=True)
 class TokenCaps:
     max_tokens: int | None = None
-    action: Literal["clamp", "reject"] = "clamp"
+    action: CapAction = "clamp"
     default_max_tokens: int | None = None
     max_input_tokens: int | None = None
     source: str = "limits"  # where the limits come from, for the messages: "limits", "pool 'short'"

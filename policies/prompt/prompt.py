@@ -98,10 +98,10 @@ class _Mover:
         return "\n".join(self._move(self.policy.scanner.scan_raw(text.split("\n")), canonical=False))
 
     def _move(self, scanned: list[ScannedLine], canonical: bool) -> list[str]:
-        lines: list[str | None] = [line for line, _ in scanned]
         hits = [index for index, (_, spans) in enumerate(scanned) if spans]
         if not hits:
-            return lines  # type: ignore[return-value]
+            return [line for line, _ in scanned]
+        lines: list[str | None] = [line for line, _ in scanned]  # None: a line that was only a moved fact
         for index in hits:
             line, spans = scanned[index]
             self.detected += len(spans)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from policies.prompt.prompt import PromptPolicy, Rewrite, rewrite_chat
-from policies.request.types import Rejection
+from policies.refusals import Rejection
 
 OUTPUT_FIELD = "max_output_tokens"
 _MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from policies.request.types import Endpoint, Rejection
+from policies.refusals import Rejection
+from policies.request.types import Endpoint
 
 
 @dataclass(frozen=True, slots=True)

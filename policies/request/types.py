@@ -1,4 +1,5 @@
-"""Plain types shared by policies/ and proxy/: the ground floor everything may import."""
+"""Plain types of a request shared by policies/ and proxy/ (its endpoint, the fields that carry its prompt and
+cap its answer, its validated view); a request refused is a ``Rejection`` (``policies.refusals``)."""
 
 from __future__ import annotations
 
@@ -18,17 +19,6 @@ OUTPUT_FIELDS: dict[Endpoint, tuple[str, ...]] = {
 }
 PROMPT_FIELDS: dict[Endpoint, str] = {"chat": "messages", "completions": "prompt", "responses": "input",
                                       "embeddings": "input"}
-
-
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    """A decision to refuse a request, carried up to the HTTP layer as an OpenAI-shaped error."""
-
-    status: int
-    message: str
-    param: str | None = None
-    code: str | None = None
-    type: str = "invalid_request_error"
 
 
 @dataclass(frozen=True, slots=True)

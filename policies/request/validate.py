@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from policies.refusals import Rejection
 from policies.request.field_checks import (
     Invalid,
     content_parts,
@@ -26,7 +27,7 @@ from policies.request.field_checks import (
     wrong_type,
 )
 from policies.request.response_fields import RESPONSES_FIELDS
-from policies.request.types import Endpoint, Rejection, RequestView
+from policies.request.types import Endpoint, RequestView
 
 CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 

@@ -1,4 +1,4 @@
-"""Which pool serves a request, and why (``POOL_REASONS``).
+"""Which pool serves a request, and why (``PoolReason``).
 
 The embeddings upstream takes embeddings requests for the models it serves or, knowing none,
 all of them.
@@ -7,28 +7,28 @@ all of them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from types import MappingProxyType
-from typing import Literal, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from policies.admission.length import PoolOption, choose_by_length
-from policies.admission.refusals import ModelNotInPool, UnknownModel, UnknownPool
+from policies.refusals import ModelNotInPool, UnknownModel, UnknownPool
 from policies.routing.continuation import starts_short
+from policies.vocabulary import Vocabulary
 
-# Why a pool serves a request: the reason ``choose_pool`` gives (all but overflow, which the call gives when the
-# chosen pool sheds), the ``reason`` label of prefixgate_pool_choices_total and /admin/route's ``pool_reason``.
-# The one list of them: the metric's help, the OpenAPI document and docs/configuration.md are written from it,
-# and ``PoolReason`` must name the same words.
-POOL_REASONS: Mapping[str, str] = MappingProxyType({
-    "named": "the client named it in x-prefixgate-pool",
-    "length": "among the pools that serve the model, by the predicted output length",
-    "start_short": "a short pool that continues long, for an answer that may be cut there and whose template's "
-                   "history does not rule a short answer out",
-    "merged": "a short pool whose split does not pay now and its long pool taken as one: the less loaded of the two",
-    "model": "the first pool that serves the model, else the first that takes any",
-    "overflow": "the chosen pool shed the request and this is its overflow_to; counted after admission, the others "
-                "before",
-})
-PoolReason = Literal["named", "length", "start_short", "merged", "model", "overflow"]
+
+class PoolReason(Vocabulary):
+    """Why a pool serves a request: the reason ``choose_pool`` gives (all but overflow, which the call gives when the
+    chosen pool sheds), the ``reason`` label of prefixgate_pool_choices_total and /admin/route's ``pool_reason``.
+    The metric's help, the OpenAPI document and docs/configuration.md are written from it."""
+
+    NAMED = "named", "the client named it in x-prefixgate-pool"
+    LENGTH = "length", "among the pools that serve the model, by the predicted output length"
+    START_SHORT = "start_short", ("a short pool that continues long, for an answer that may be cut there and whose "
+                                  "template's history does not rule a short answer out")
+    MERGED = "merged", ("a short pool whose split does not pay now and its long pool taken as one: the less loaded of "
+                        "the two")
+    MODEL = "model", "the first pool that serves the model, else the first that takes any"
+    OVERFLOW = "overflow", ("the chosen pool shed the request and this is its overflow_to; counted after admission, "
+                            "the others before")
 
 
 class Servable(Protocol):
@@ -66,24 +66,24 @@ def choose_pool(
     template's recent answers, the share within a short pool's threshold (None: not known yet);
     ``continuable``: the answer may be cut and continued (``policies.routing.continuation.continuable``)."""
     if embeddings is not None and (embeddings.serves(model) or embeddings.catch_all):
-        return embeddings, "model"
+        return embeddings, PoolReason.MODEL
     if named is not None:
         pool = by_name.get(named)
         if pool is None:
             return UnknownPool(named, tuple(by_name))
         if not (pool.serves(model) or pool.catch_all):
             return ModelNotInPool(named, model)
-        return pool, "named"
+        return pool, PoolReason.NAMED
     if predicted_p90 is not None and routes_by_length:
         serving = [pool for pool in pools if pool.serves(model)] or [pool for pool in pools if pool.catch_all]
         if serving:
             return _by_length(serving, by_name, predicted_p90, short_share, continuable)
     for pool in pools:  # the common case: no list built per request
         if pool.serves(model):
-            return pool, "model"
+            return pool, PoolReason.MODEL
     for pool in pools:
         if pool.catch_all:
-            return pool, "model"
+            return pool, PoolReason.MODEL
     return UnknownModel(model)
 
 
@@ -94,15 +94,15 @@ def _by_length(serving: Sequence[P], by_name: Mapping[str, P], predicted_p90: in
         long = long_pool(serving, short)
         if long is not None:
             if predicted_p90 <= short.option.short_threshold:
-                return short, "length"
+                return short, PoolReason.LENGTH
             if starts_short(short_share, short.option.long_when_short_below):
-                return short, "start_short"
-            return long, "length"
+                return short, PoolReason.START_SHORT
+            return long, PoolReason.LENGTH
     if short is not None and not short.splits:
         other = next((pool for pool in serving if pool.option.kind != "short"), None)
         if other is not None:
-            return (short if short.load <= other.load else other), "merged"
-    return by_name[choose_by_length([pool.option for pool in serving], predicted_p90).name], "length"
+            return (short if short.load <= other.load else other), PoolReason.MERGED
+    return by_name[choose_by_length([pool.option for pool in serving], predicted_p90).name], PoolReason.LENGTH
 
 
 def long_pool(serving: Sequence[P], short: P) -> P | None:

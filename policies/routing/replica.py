@@ -5,37 +5,37 @@ hold, first to the replica holding the longest part of the prompt (``held_choice
 prefix key (pools with
 ``balance: least_loaded``, embeddings) to the healthy replica with the fewest requests in flight,
 ties broken by rotating from ``start`` so equal replicas share load. The reasons, with what each
-means, are ``REPLICA_REASONS``.
+means, are ``ReplicaReason``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from types import MappingProxyType
-from typing import Literal
+from collections.abc import Sequence
 
 from policies.routing.affinity import HashRing, bounded_choice, capacity
+from policies.vocabulary import Vocabulary
 
-# Why a replica was chosen: the ``reason`` of ``pick_replica`` and of the pool's choice, the ``reason`` label of
-# prefixgate_replica_choices_total and of /admin/route's answer. The one list of them: the metric's help, the
-# OpenAPI document and docs/configuration.md are written from it, and ``ReplicaReason`` must name the same words.
-REPLICA_REASONS: Mapping[str, str] = MappingProxyType({
-    "single": "the pool's only replica",
-    "held": "its engine holds the longest part of the prompt, by the engines' KV events (balance kv_events)",
-    "placed": "a prompt no engine holds, on the second of its two ring replicas, whose engine holds fewer blocks or, "
-              "holding about as many, has fewer requests in flight (balance kv_events)",
-    "rehomed": "held by one engine only, while the emptier of the prompt's two ring replicas holds under 3/4 of that "
-               "engine's blocks and has no more requests in flight (an engine restarted with an empty cache): moved "
-               "there, one cold prefill, so a returned engine takes its share (balance kv_events)",
-    "home": "the prompt prefix's own replica on the ring",
-    "warm": "another replica that served the prefix lately: less loaded than the home, or the home was over the "
-            "load bound or ejected",
-    "spilled": "the home was over the load bound or ejected and this replica had not served the prefix: a cold "
-               "prefill",
-    "least_loaded": "no prefix key (balance least_loaded, embeddings): the healthy replica with the fewest requests "
-                    "in flight",
-})
-ReplicaReason = Literal["single", "held", "placed", "rehomed", "home", "warm", "spilled", "least_loaded"]
+
+class ReplicaReason(Vocabulary):
+    """Why a replica was chosen: the ``reason`` of ``pick_replica`` and of the pool's choice, the ``reason`` label of
+    prefixgate_replica_choices_total and of /admin/route's answer. The metric's help, the OpenAPI document and
+    docs/configuration.md are written from it."""
+
+    SINGLE = "single", "the pool's only replica"
+    HELD = "held", "its engine holds the longest part of the prompt, by the engines' KV events (balance kv_events)"
+    PLACED = "placed", ("a prompt no engine holds, on the second of its two ring replicas, whose engine holds fewer "
+                        "blocks or, holding about as many, has fewer requests in flight (balance kv_events)")
+    REHOMED = "rehomed", ("held by one engine only, while the emptier of the prompt's two ring replicas holds under "
+                          "3/4 of that engine's blocks and has no more requests in flight (an engine restarted with "
+                          "an empty cache): moved there, one cold prefill, so a returned engine takes its share "
+                          "(balance kv_events)")
+    HOME = "home", "the prompt prefix's own replica on the ring"
+    WARM = "warm", ("another replica that served the prefix lately: less loaded than the home, or the home was over "
+                    "the load bound or ejected")
+    SPILLED = "spilled", ("the home was over the load bound or ejected and this replica had not served the prefix: a "
+                          "cold prefill")
+    LEAST_LOADED = "least_loaded", ("no prefix key (balance least_loaded, embeddings): the healthy replica with the "
+                                    "fewest requests in flight")
 
 
 def least_loaded(in_flight: Sequence[int], healthy: Sequence[bool], start: int) -> int | None:
@@ -165,20 +165,21 @@ def pick_replica(in_flight: Sequence[int], healthy: Sequence[bool], *, key: int 
         raise ValueError(f"held counts {len(held)} replicas, the ring has {ring.size}: place the prompt in this pool")
     if key is None:
         index = least_loaded(in_flight, healthy, start)
-        return None if index is None else (index, "least_loaded")
+        return None if index is None else (index, ReplicaReason.LEAST_LOADED)
     home = ring_home = ring.home(key)
     if held is not None:
         index = held_choice(ring, key, held, in_flight, healthy, bound, home_slack, held_bound, start)
         if index is not None:
             moved = rehomed(ring, key, index, held, footprint, in_flight, healthy) if footprint is not None else None
-            return (index, "held") if moved is None else (moved, "rehomed")
+            return (index, ReplicaReason.HELD) if moved is None else (moved, ReplicaReason.REHOMED)
         if footprint is not None:  # by the engines' reports alone, which every gateway shares
-            home, warm = placed_home(ring, key, footprint, in_flight, healthy), 0
-            if home is None:
+            placed = placed_home(ring, key, footprint, in_flight, healthy)
+            if placed is None:
                 return None
+            home, warm = placed, 0
     index = bounded_choice(ring, key, in_flight, healthy, bound, home_slack, warm, home=home)
     if index is None:
         return None
     if index == home:
-        return index, "home" if home == ring_home else "placed"
-    return index, "warm" if warm >> index & 1 else "spilled"
+        return index, ReplicaReason.HOME if home == ring_home else ReplicaReason.PLACED
+    return index, ReplicaReason.WARM if warm >> index & 1 else ReplicaReason.SPILLED

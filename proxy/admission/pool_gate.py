@@ -11,15 +11,14 @@ from __future__ import annotations
 import asyncio
 
 from policies.admission.fair_queue import FairQueue
-from policies.admission.refusals import Refused, Shed, ShedReason
-from proxy.clock import SYSTEM_CLOCK, Clock
+from policies.refusals import Refused, Shed, ShedReason
+from proxy.clock import Clock
 
 
 class PoolGate:
     __slots__ = ("capacity", "clock", "in_flight", "name", "queue", "timeout")
 
-    def __init__(self, name: str, capacity: int, queue_size: int, timeout: float,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, name: str, capacity: int, queue_size: int, timeout: float, clock: Clock) -> None:
         self.name = name
         self.clock = clock  # the queue's timeout runs out on it
         self.capacity = capacity
@@ -38,8 +37,9 @@ class PoolGate:
         if not self.queue.can_take(tenant):
             displaced = self.queue.make_room(tenant)
             if displaced is None:
-                raise self._shed("queue_share_exceeded" if self.queue.size < self.queue.bound else "queue_full")
-            displaced.set_exception(self._shed("queue_share_exceeded"))
+                raise self._shed(ShedReason.QUEUE_SHARE_EXCEEDED if self.queue.size < self.queue.bound
+                                 else ShedReason.QUEUE_FULL)
+            displaced.set_exception(self._shed(ShedReason.QUEUE_SHARE_EXCEEDED))
         slot: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.queue.push(tenant, slot)
         try:
@@ -47,9 +47,9 @@ class PoolGate:
                 await asyncio.shield(slot)  # a timeout cancels the wait, not the slot a release may grant
         except TimeoutError:
             if self.queue.remove(tenant, slot):
-                raise self._shed("queue_timeout") from None
+                raise self._shed(ShedReason.QUEUE_TIMEOUT) from None
             if not _granted(slot):  # displaced in the same turn: shed for that
-                raise self._shed("queue_share_exceeded") from None
+                raise self._shed(ShedReason.QUEUE_SHARE_EXCEEDED) from None
             # the slot was granted as the wait ran out: keep it
         except BaseException:  # displaced, or the client left while waiting: give up the place or the slot
             if not self.queue.remove(tenant, slot) and _granted(slot):

@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from policies.admission.limits import WINDOW_SECONDS, Entry, RateLimits, SlidingWindow, Verdict
-from proxy.clock import SYSTEM_CLOCK, Clock
+from proxy.clock import Clock
 from proxy.config.redis import RedisConfig
 from proxy.micro_batch import MicroBatcher
 
@@ -50,7 +50,7 @@ class LimiterUnavailable(Exception):
 class MemoryLimiter:
     """Windows in this process: the single-replica default."""
 
-    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, clock: Clock) -> None:
         self.windows: dict[str, SlidingWindow] = {}
         self.clock = clock
 
@@ -98,7 +98,7 @@ class RedisLimiter:
     """Windows in Redis, one set of keys per tenant (hash-tagged, so a Redis Cluster keeps them together)."""
 
     def __init__(self, settings: RedisConfig, unavailable: Callable[[str], None] = lambda action: None,
-                 prefix: str = "prefixgate:limits", clock: Clock = SYSTEM_CLOCK) -> None:
+                 prefix: str = "prefixgate:limits", *, clock: Clock) -> None:
         timeout = settings.timeout_ms / 1000
         self.redis = Redis.from_url(settings.url, socket_timeout=timeout, socket_connect_timeout=timeout)
         self.calls = MicroBatcher(_ScriptPipeline(self.redis, self.redis.register_script(_SCRIPT)), max_batch=512)
@@ -160,6 +160,5 @@ def _or_off(limit: int | None) -> int:
 Limiter = MemoryLimiter | RedisLimiter
 
 
-def open_limiter(redis: RedisConfig | None, unavailable: Callable[[str], None],
-                 clock: Clock = SYSTEM_CLOCK) -> Limiter:
+def open_limiter(redis: RedisConfig | None, unavailable: Callable[[str], None], clock: Clock) -> Limiter:
     return RedisLimiter(redis, unavailable, clock=clock) if redis is not None else MemoryLimiter(clock)

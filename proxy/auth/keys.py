@@ -11,7 +11,7 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 
-from policies.admission.refusals import Refused, Unauthorized
+from policies.refusals import Refused, Unauthorized
 from proxy.config.gateway import OPEN_TENANT
 
 

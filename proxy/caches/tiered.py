@@ -22,7 +22,7 @@ from aiocache import RedisCache
 from aiocache.serializers import BaseSerializer
 from cachetools import TLRUCache
 
-from proxy.clock import SYSTEM_CLOCK, Clock
+from proxy.clock import Clock
 from proxy.config.redis import RedisConfig
 from proxy.observability.metrics import Metrics
 
@@ -69,7 +69,7 @@ class TieredCache:
     def __init__(
         self, *, redis: RedisCache | None = None, front_ttl: float = 5.0, retry_s: float = 2.0,
         decode: Callable[[Any], Any] = lambda value: value,
-        on_event: Callable[[str], None] | None = None, clock: Clock = SYSTEM_CLOCK,
+        on_event: Callable[[str], None] | None = None, clock: Clock,
     ) -> None:
         self.front: TLRUCache[str, tuple[Any, float]] = TLRUCache(FRONT_ENTRIES, _expiry, timer=clock)
         self.redis = redis
@@ -136,8 +136,8 @@ class TieredCache:
             await self.redis.client.aclose()  # aiocache 0.12's close() calls redis-py's deprecated close()
 
 
-def tiered_cache(settings: RedisConfig | None, name: str, metrics: Metrics | None = None,
-                 clock: Clock = SYSTEM_CLOCK) -> TieredCache:
+def tiered_cache(settings: RedisConfig | None, name: str, metrics: Metrics | None = None, *,
+                 clock: Clock) -> TieredCache:
     """The cache called ``name`` (also its Redis key prefix): in process only, or in front of Redis."""
     on_event = (lambda event: metrics.shared_cache(name, event)) if metrics is not None else None
     if settings is None:

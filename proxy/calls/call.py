@@ -24,8 +24,7 @@ from time import perf_counter
 from starlette.types import Receive
 from uvicorn.protocols.utils import ClientDisconnected
 
-from policies.refusals import InternalError, Refusal, Refused, Shed, ShuttingDown
-from policies.request.types import Rejection
+from policies.refusals import InternalError, Refusal, Refused, Rejection, Shed, ShuttingDown
 from proxy.admission.pool_gate import PoolGate
 from proxy.admission.request_admission import AdmissionHold
 from proxy.caches.answers import AnswerToStore

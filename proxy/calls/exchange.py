@@ -16,8 +16,7 @@ import orjson
 
 from policies.answers.answer_cache import completion_from_stream
 from policies.answers.usage import hide_usage_events, stream_events, streamed_completion_tokens, usage_in
-from policies.refusals import UpstreamFailed, UpstreamFailure
-from policies.request.types import Rejection
+from policies.refusals import Rejection, UpstreamFailed, UpstreamFailure
 from policies.routing.retry import retry_within_budget, retryable
 from proxy.caches.answers import AnswerToStore
 from proxy.calls.degraded import answer_with_passages

@@ -21,7 +21,7 @@ import orjson
 from policies.prompt.prefix_sim import CacheSimulation, PrefixIndex, render_chat, top_counts
 from policies.prompt.prompt import PromptPolicy, rewrite_chat
 from policies.prompt.volatile import find_volatile
-from policies.request.types import Rejection
+from policies.refusals import Rejection
 from policies.request.validate import validate_request
 from proxy.auth.tenants import tenant_policies
 from proxy.commands.command_config import config_or_report

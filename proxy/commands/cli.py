@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import logging
 import os
@@ -67,18 +68,19 @@ def _start_engine(config: Config) -> tuple[LocalEngine, Config]:
 
 def _serve(config: Config) -> None:
     server = config.server
-    options = {
-        "host": server.host, "port": server.port, "loop": "uvloop",
-        "log_level": "info", "access_log": False, "lifespan": "on",
-        "timeout_graceful_shutdown": server.drain_timeout_s,
-        "timeout_keep_alive": server.keepalive_timeout_s,
+    run = functools.partial(
+        uvicorn.run, host=server.host, port=server.port, loop="uvloop",
+        log_level="info", access_log=False, lifespan="on",
+        # uvicorn hands both to asyncio's timers, which take float seconds; its annotations say int
+        timeout_graceful_shutdown=server.drain_timeout_s,  # type: ignore[arg-type]  # float seconds, see above
+        timeout_keep_alive=server.keepalive_timeout_s,  # type: ignore[arg-type]  # float seconds, see above
         # uvicorn's protocol plus deadlines for receiving a request and a connection cap (ConnectionGuard)
-        "http": GuardedHttpToolsProtocol,
-        "ws": "none",  # no WebSocket routes; an upgrade would also hand the connection out of the guard's sight
+        http=GuardedHttpToolsProtocol,
+        ws="none",  # no WebSocket routes; an upgrade would also hand the connection out of the guard's sight
         # prefixgate never reads the client address, so skip uvicorn's X-Forwarded-For rewriting:
         # one middleware frame and a header scan less on every request.
-        "proxy_headers": False,
-    }
+        proxy_headers=False,
+    )
     if config.auth.keys == [] and server.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("open mode (no API keys) while listening on %s: anyone who can reach it can use it", server.host)
     if config.unreachable_tenants:
@@ -95,11 +97,11 @@ def _serve(config: Config) -> None:
     settle_garbage_collector()
     log.info("prefixgate listening on http://%s:%d/v1", server.host, server.port)
     if server.workers == 1:
-        uvicorn.run(create_app(config), **options)
+        run(create_app(config))
     else:
         os.environ[ENV_RESOLVED_CONFIG] = dump_config(config)
         with shared_metrics_dir():
-            uvicorn.run("proxy.app:app_from_environment", factory=True, workers=server.workers, **options)
+            run("proxy.app:app_from_environment", factory=True, workers=server.workers)
 
 
 def settle_garbage_collector() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from proxy.clock import SYSTEM_CLOCK
 from proxy.config.gateway import OPEN_TENANT
 from proxy.retrieval.local_mode import LocalModeFolder, holds_local_mode
 
@@ -65,7 +66,7 @@ async def _ingest_command(args: Any, config: Any, collection: str) -> int:
     # one line run() prints and no model-loading chatter before it.
     if not config.retrieval.qdrant_url and holds_local_mode(config.qdrant_path()):
         raise LocalModeFolder(config.qdrant_path())
-    retriever = await Retriever.start(config)
+    retriever = await Retriever.start(config, clock=SYSTEM_CLOCK)  # a command: the process's own clock
     settings = config.retrieval
     ingestion = Ingestion(retriever.store, retriever.embedder, collection=collection, tenant=args.tenant,
                           chunk_tokens=settings.chunk_tokens, chunk_overlap=settings.chunk_overlap,

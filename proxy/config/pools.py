@@ -6,7 +6,7 @@ apart by ``kind``; each kind's pool class (``POOL_KINDS``, ``proxy.upstream.pool
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
@@ -143,8 +143,8 @@ def _kind(data: Any) -> Any:
     return getattr(data, "kind", None)
 
 
-PoolConfig = Annotated[  # type: ignore[valid-type]  # one member per kind, tagged with its kind
-    Union[tuple(Annotated[model, Tag(kind)] for kind, model in pool_kinds().items())],  # noqa: UP007
+PoolConfig: TypeAlias = Annotated[  # one member per kind (POOL_CONFIGS), tagged with its kind
+    Annotated[OpenAIPoolConfig, Tag("openai")] | Annotated[LitellmPoolConfig, Tag("litellm")],
     Discriminator(_kind, custom_error_type="pool_kind",
                   custom_error_message=f"kind must be one of: {', '.join(pool_kinds())}"),
 ]

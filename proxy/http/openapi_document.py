@@ -12,16 +12,17 @@ from typing import Any
 
 import yaml
 
-from policies.routing.pool_choice import POOL_REASONS
-from policies.routing.replica import REPLICA_REASONS
+from policies.routing.pool_choice import PoolReason
+from policies.routing.replica import ReplicaReason
+from policies.vocabulary import Vocabulary
 
 MARK = "x-vocabulary"
-VOCABULARIES: Mapping[str, Mapping[str, str]] = MappingProxyType(
-    {"replica_reasons": REPLICA_REASONS, "pool_reasons": POOL_REASONS})
+VOCABULARIES: Mapping[str, type[Vocabulary]] = MappingProxyType(
+    {"replica_reasons": ReplicaReason, "pool_reasons": PoolReason})
 SOURCE = Path(__file__).parent / "openapi.yaml"
 
 
-def filled(node: Any, vocabularies: Mapping[str, Mapping[str, str]] = VOCABULARIES) -> Any:
+def filled(node: Any, vocabularies: Mapping[str, type[Vocabulary]] = VOCABULARIES) -> Any:
     """``node`` with every marked schema replaced by a string enum of the vocabulary's values, whose
     description lists what each means; an unknown name is an error, so a typo cannot serve a bare string."""
     if isinstance(node, list):
@@ -34,10 +35,10 @@ def filled(node: Any, vocabularies: Mapping[str, Mapping[str, str]] = VOCABULARI
     name = schema.pop(MARK)
     if name not in vocabularies:
         raise KeyError(f"openapi.yaml: {MARK} names no vocabulary '{name}' (known: {', '.join(vocabularies)})")
-    values = vocabularies[name]
-    meanings = "\n".join(f"- `{value}`: {meaning}" for value, meaning in values.items())
+    words = vocabularies[name]
+    meanings = "\n".join(f"- `{word}`: {word.meaning}" for word in words)
     lead = schema.get("description")
-    return {**schema, "type": "string", "enum": list(values),
+    return {**schema, "type": "string", "enum": [word.value for word in words],
             "description": f"{lead}\n\n{meanings}" if lead else meanings}
 
 

@@ -21,8 +21,8 @@ from starlette.types import Receive
 from policies.admission.length import Prediction
 from policies.admission.request_plan import ShapedBody, plan_call, shape_body
 from policies.answers.answer_cache import answer_key
-from policies.refusals import Refused
-from policies.request.types import Rejection, RequestView
+from policies.refusals import Refused, Rejection
+from policies.request.types import RequestView
 from proxy.admission.request_admission import AdmissionHold, Admitted
 from proxy.auth.tenants import TenantPolicy
 from proxy.caches.answers import AnswerToStore, stored_answer

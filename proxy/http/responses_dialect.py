@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.refusals import Refused
 from policies.prompt.responses import (
     continued,
     conversation_items,
@@ -24,7 +23,7 @@ from policies.prompt.responses import (
     with_input_messages,
 )
 from policies.prompt.stable_prefix import chat_pieces
-from policies.request.types import Rejection
+from policies.refusals import Refused, Rejection
 from proxy.auth.tenants import TenantPolicy
 from proxy.calls.answer_tap import AnswerTap
 from proxy.conversations.answer import ResponsesAnswer

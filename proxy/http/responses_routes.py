@@ -11,8 +11,8 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from policies.admission.refusals import Refused
 from policies.prompt.responses import response_not_found
+from policies.refusals import Refused
 from proxy.gateway import Gateway
 
 

@@ -10,7 +10,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from policies.admission.refusals import AdminOnly, Refused
+from policies.refusals import AdminOnly, Refused
 from proxy.gateway import Gateway
 from proxy.http.openapi_document import openapi_document
 
@@ -38,9 +38,9 @@ async def ready(request: Request) -> Response:
     gateway: Gateway = request.state.gateway
     replicas = await gateway.upstreams.readiness()
     is_ready = any(replicas.values())
-    status = {"status": "ready" if is_ready else "unavailable"}
+    status: dict[str, object] = {"status": "ready" if is_ready else "unavailable"}
     if gateway.keys.is_admin(request.headers.get("authorization")):  # replica addresses are the operator's
-        status["replicas"] = replicas  # type: ignore[assignment]
+        status["replicas"] = replicas
     return _json(status, 200 if is_ready else 503)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import orjson
@@ -23,17 +23,17 @@ from proxy.config.upstream import KvEvents
 from proxy.kv_events.prefix_walk import PrefixWalk
 from proxy.kv_events.prompt_tokens import PromptTokens
 from proxy.kv_events.subscriber import EventFeed
-from proxy.transports.base import UpstreamError
+from proxy.transports.base import Transport, UpstreamError
 
 log = logging.getLogger("prefixgate")
 DISCOVERY_RETRY_S = 5.0
 
 
-class Askable:
+class Askable(Protocol):
     """What discovery needs of a replica: its base URL and a transport that can GET."""
 
     base_url: str
-    transport: Any
+    transport: Transport
 
 
 def _origin(base_url: str) -> str:

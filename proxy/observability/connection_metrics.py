@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from proxy.connections.guard import REASONS
+from proxy.connections.guard import CloseReason
 from proxy.observability.metric_families import spelled_out
 
 
@@ -16,8 +16,8 @@ class ConnectionMetrics:
                            registry=registry, multiprocess_mode="livesum")
         closes = Counter(
             "prefixgate_connections_closed", "Client connections the gateway closed or refused, by reason ("
-            f"{spelled_out(REASONS)}).", ["reason"], registry=registry)
-        self._closes = {reason: closes.labels(reason) for reason in REASONS}
+            f"{spelled_out(CloseReason)}).", ["reason"], registry=registry)
+        self._closes = {reason: closes.labels(reason) for reason in CloseReason}
 
     def opened(self) -> None:
         self._open.inc()
@@ -25,5 +25,5 @@ class ConnectionMetrics:
     def closed(self) -> None:
         self._open.dec()
 
-    def dropped(self, reason: str) -> None:
+    def dropped(self, reason: CloseReason) -> None:
         self._closes[reason].inc()

@@ -14,12 +14,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Literal
 
 from prometheus_client import Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 REPLICA = ("pool", "replica")
+# how several workers' values of a gauge combine (prometheus_client's multiprocess_mode)
+MultiprocessMode = Literal["all", "liveall", "min", "livemin", "max", "livemax", "sum", "livesum", "mostrecent",
+                           "livemostrecent"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +31,7 @@ class LoadGauge:
     name: str
     help: str
     labels: tuple[str, ...] = REPLICA
-    mode: str = "livemostrecent"  # how several workers' values combine (prometheus_client multiprocess_mode)
+    mode: MultiprocessMode = "livemostrecent"
     counter: bool = False  # exposed as a counter by one process (a count the engine keeps)
 
 
@@ -76,14 +80,14 @@ class LoadCollector(Collector):
         self.samples: LoadSamples | None = None  # set once the gateway has started
 
     def collect(self) -> Iterator[Metric]:
-        families: dict[LoadGauge, Metric] = {
+        families: dict[LoadGauge, CounterMetricFamily | GaugeMetricFamily] = {
             gauge: (CounterMetricFamily if gauge.counter else GaugeMetricFamily)(
                 gauge.name, gauge.help, labels=list(gauge.labels))
             for gauge in GAUGES
         }
         if self.samples is not None:
             for gauge, labels, value in self.samples():
-                families[gauge].add_metric(labels, value)  # type: ignore[attr-defined]
+                families[gauge].add_metric(labels, value)
         yield from families.values()
 
 

@@ -4,16 +4,16 @@ shared by several workers)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
-from policies.admission.refusals import OVERFLOWED, SHED_REASONS
-from policies.routing.pool_choice import POOL_REASONS
-from policies.routing.replica import REPLICA_REASONS
+from policies.refusals import OVERFLOWED, ShedReason
+from policies.routing.pool_choice import PoolReason
+from policies.routing.replica import ReplicaReason
+from policies.vocabulary import Vocabulary
 from proxy.observability.tallies import CounterFamily, HistogramFamily, MetricKinds
-from proxy.transports.base import ERROR_KINDS
+from proxy.transports.base import ErrorKind
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 PREFIX_TOKEN_BUCKETS = (0, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
@@ -24,10 +24,10 @@ TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1,
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10, 30, 60)
 
 
-def spelled_out(values: Mapping[str, str]) -> str:
-    """A label's values and what each means, for a family's help, from the mapping that declares them
-    (``REPLICA_REASONS`` and the like), so the help names every value the code may count and no other."""
-    return "; ".join(f"{value}: {meaning}" for value, meaning in values.items())
+def spelled_out(vocabulary: type[Vocabulary]) -> str:
+    """A label's values and what each means, for a family's help, from the vocabulary that declares them
+    (``ReplicaReason`` and the like), so the help names every value the code may count and no other."""
+    return "; ".join(f"{word}: {word.meaning}" for word in vocabulary)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +80,7 @@ class TrafficFamilies:
             ),
             upstream_errors=kinds.counter(
                 "prefixgate_upstream_errors", "Failed upstream exchanges, by pool, replica and kind ("
-                f"{spelled_out(ERROR_KINDS)}).",
+                f"{spelled_out(ErrorKind)}).",
                 ["pool", "replica", "kind"], registry=registry,
             ),
             upstream_retries=kinds.counter(
@@ -111,7 +111,7 @@ class RoutingFamilies:
         return cls(
             shed=kinds.counter(
                 "prefixgate_shed", "Requests a pool turned away before any engine work, by pool and reason ("
-                f"{spelled_out(SHED_REASONS)}); each as REASON{OVERFLOWED} where the pool's overflow_to took the "
+                f"{spelled_out(ShedReason)}); each as REASON{OVERFLOWED} where the pool's overflow_to took the "
                 "request instead.",
                 ["pool", "reason"], registry=registry,
             ),
@@ -121,12 +121,12 @@ class RoutingFamilies:
             ),
             pool_choices=kinds.counter(
                 "prefixgate_pool_choices", "Requests by the pool that took them and why ("
-                f"{spelled_out(POOL_REASONS)}).",
+                f"{spelled_out(PoolReason)}).",
                 ["pool", "reason"], registry=registry,
             ),
             replica_choices=kinds.counter(
                 "prefixgate_replica_choices", "Requests by the replica chosen and why ("
-                f"{spelled_out(REPLICA_REASONS)}); retries are prefixgate_upstream_retries.",
+                f"{spelled_out(ReplicaReason)}); retries are prefixgate_upstream_retries.",
                 ["pool", "replica", "reason"], registry=registry,
             ),
             rate_limited=kinds.counter(

@@ -200,5 +200,6 @@ class Metrics:
     def render(self) -> bytes:
         if self._folder is None:
             return generate_latest(self.registry)
-        self.load.publish()  # type: ignore[union-attr]
+        if isinstance(self.load, LoadGauges):  # always, with a folder: this worker's load, fresh
+            self.load.publish()
         return render_all_workers(self._folder)

@@ -19,7 +19,7 @@ import os
 import time
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
@@ -62,7 +62,10 @@ class HistogramTally:
         self.sum += amount
 
 
-class _Tallies:
+_Tally = TypeVar("_Tally", CounterTally, HistogramTally)
+
+
+class _Tallies(Generic[_Tally]):
     """A family's label sets, made on first use like prometheus_client's ``labels``; a family without
     labels has its one tally from the start, and ``inc``/``observe`` go to it."""
 
@@ -71,16 +74,19 @@ class _Tallies:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
-        self._children: dict[tuple[str, ...], CounterTally | HistogramTally] = {}
+        self._children: dict[tuple[str, ...], _Tally] = {}
         if not self.labelnames:
             self._children[()] = self._new()
         if registry is not None:
             registry.register(self)
 
-    def _new(self) -> CounterTally | HistogramTally:
+    def _new(self) -> _Tally:
         raise NotImplementedError
 
-    def _child(self, values: tuple[str, ...]) -> CounterTally | HistogramTally:
+    def collect(self) -> Iterator[Metric]:  # what the registry reads at scrape time
+        raise NotImplementedError
+
+    def labels(self, *values: str) -> _Tally:
         child = self._children.get(values)
         if child is None:
             if len(values) != len(self.labelnames):
@@ -89,7 +95,7 @@ class _Tallies:
         return child
 
 
-class TallyCounter(_Tallies):
+class TallyCounter(_Tallies[CounterTally]):
     """A counter family with ``prometheus_client.Counter``'s constructor, ``labels`` and ``inc``."""
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (), *,
@@ -99,9 +105,6 @@ class TallyCounter(_Tallies):
     def _new(self) -> CounterTally:
         return CounterTally()
 
-    def labels(self, *values: str) -> CounterTally:
-        return self._child(values)  # type: ignore[return-value]
-
     def inc(self, amount: float = 1) -> None:
         self.labels().inc(amount)
 
@@ -109,11 +112,11 @@ class TallyCounter(_Tallies):
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
         created = _created_series_wanted()
         for values, child in self._children.items():
-            family.add_metric(values, child.value, created=child.created if created else None)  # type: ignore[union-attr]
+            family.add_metric(values, child.value, created=child.created if created else None)
         yield family
 
 
-class TallyHistogram(_Tallies):
+class TallyHistogram(_Tallies[HistogramTally]):
     """A histogram family with ``prometheus_client.Histogram``'s constructor, ``labels`` and ``observe``."""
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (), *,
@@ -130,9 +133,6 @@ class TallyHistogram(_Tallies):
     def _new(self) -> HistogramTally:
         return HistogramTally(self.bounds)
 
-    def labels(self, *values: str) -> HistogramTally:
-        return self._child(values)  # type: ignore[return-value]
-
     def observe(self, amount: float) -> None:
         self.labels().observe(amount)
 
@@ -141,13 +141,13 @@ class TallyHistogram(_Tallies):
         created = _created_series_wanted()
         for values, child in self._children.items():
             running, buckets = 0, []
-            for label, count in zip(self._labels, child.counts, strict=True):  # type: ignore[union-attr]
+            for label, count in zip(self._labels, child.counts, strict=True):
                 running += count
                 buckets.append((label, running))
-            family.add_metric(values, buckets, child.sum)  # type: ignore[union-attr]
+            family.add_metric(values, buckets, child.sum)
             if created:  # HistogramMetricFamily has no created argument; Histogram's own exposes it
                 family.add_sample(self.name + "_created", dict(zip(self.labelnames, values, strict=True)),
-                                  child.created)  # type: ignore[union-attr]
+                                  child.created)
         yield family
 
 

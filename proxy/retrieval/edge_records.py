@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import qdrant_edge as edge
 
 from proxy.retrieval.documents import RECORD_FIELDS, DocumentRecord, record_id
-from proxy.retrieval.edge_shards import PAGE, tenant_filter
+from proxy.retrieval.edge_shards import PAGE, payload_of, tenant_filter
 
 if TYPE_CHECKING:
     from proxy.retrieval.edge_store import EdgeStore
@@ -33,7 +33,7 @@ class EdgeRecords:
                 points, offset = generation.documents.scroll(edge.ScrollRequest(
                     offset=offset, limit=PAGE, filter=where, with_payload=RECORD_FIELDS, with_vector=False))
                 for point in points:
-                    record = DocumentRecord.from_payload(point.payload)
+                    record = DocumentRecord.from_payload(payload_of(point))
                     records[record.doc_id] = record
                 if offset is None:
                     return records
@@ -46,7 +46,7 @@ class EdgeRecords:
             if generation is None:
                 return None
             points = generation.documents.retrieve([record_id(collection, tenant, doc_id)], ["text"], False)
-            return points[0].payload.get("text") if points else None
+            return payload_of(points[0]).get("text") if points else None
 
         return await self.store.run(text)
 

@@ -32,9 +32,16 @@ DENSE_SEARCH = edge.SearchParams(quantization=edge.QuantizationSearchParams(resc
 
 def tenant_filter(tenant: str, **fields: str) -> edge.Filter:
     """Every read and delete goes through this: the tenant's own points, and of them those matching ``fields``."""
-    conditions = [edge.FieldCondition(key="tenant", match=edge.MatchValue(tenant))]
+    conditions: list[edge.ConditionType] = [edge.FieldCondition(key="tenant", match=edge.MatchValue(tenant))]
     conditions += [edge.FieldCondition(key=key, match=edge.MatchValue(value)) for key, value in fields.items()]
     return edge.Filter(must=conditions)
+
+
+def payload_of(point: edge.ScoredPoint | edge.Record) -> dict[str, Any]:
+    """The payload of a point read with its payload asked for (the engine types it optional for reads without)."""
+    if point.payload is None:
+        raise ValueError(f"point {point.id} came back without the payload it was read with")
+    return point.payload
 
 
 @dataclass
@@ -84,7 +91,9 @@ def search_request(query: SearchQuery, words: WordVectors) -> edge.QueryRequest 
         prefetches = [edge.Prefetch(query.limit, query=dense, filter=where, params=DENSE_SEARCH),
                       edge.Prefetch(query.limit, query=sparse, filter=where)]
         fusion = edge.Fusion.Rrf(mode.rrf_k, weights=[mode.dense_weight, mode.sparse_weight])
-        return edge.QueryRequest(query.limit, prefetches=prefetches, query=fusion, with_payload=True)
+        # the engine's stub names the outer Fusion class where it takes Fusion.Rrf (or Fusion.Dbsf)
+        return edge.QueryRequest(query.limit, prefetches=prefetches, query=fusion,  # type: ignore[arg-type]  # stub
+                                 with_payload=True)
     if mode.uses_dense:
         return edge.QueryRequest(query.limit, query=dense, filter=where, with_payload=True, params=DENSE_SEARCH)
     if sparse is None:

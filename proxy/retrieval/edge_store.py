@@ -34,6 +34,7 @@ from proxy.retrieval.edge_shards import (
     Generation,
     create_generation,
     load_generation,
+    payload_of,
     search_request,
     tenant_filter,
 )
@@ -194,7 +195,8 @@ class EdgeStore(VectorStore):
         points = []
         for chunk in chunks:
             indices, values = self.words.document(chunk.text)
-            vectors = {DENSE_VECTOR: chunk.vector, SPARSE_VECTOR: edge.SparseVector(indices, values)}
+            vectors: dict[str, edge.NamedVector] = {DENSE_VECTOR: chunk.vector,
+                                                   SPARSE_VECTOR: edge.SparseVector(indices, values)}
             points.append(edge.Point(chunk.id, vectors, chunk.payload()))
         await self.write(collection, tenant,
                           lambda generation: generation.chunks.update(edge.UpdateOperation.upsert_points(points)))
@@ -231,7 +233,7 @@ class EdgeStore(VectorStore):
             answers = iter(generation.chunks.query_batch(edge.QueryBatchRequest(asked)) if asked else [])
         except Exception:  # one bad query (a vector of the wrong size) fails the batch: ask one by one
             return [self._search_one(generation, request) for request in requests]
-        return [[] if request is None else [chunk_of(point.payload, point.score) for point in next(answers)]
+        return [[] if request is None else [chunk_of(payload_of(point), point.score) for point in next(answers)]
                 for request in requests]
 
     @staticmethod
@@ -239,7 +241,7 @@ class EdgeStore(VectorStore):
         if request is None:
             return []
         try:
-            return [chunk_of(point.payload, point.score) for point in generation.chunks.query(request)]
+            return [chunk_of(payload_of(point), point.score) for point in generation.chunks.query(request)]
         except Exception as exc:
             return exc
 

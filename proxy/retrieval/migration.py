@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from qdrant_client import QdrantClient
+from qdrant_client.models import VectorParams
 
 from proxy.retrieval.documents import DocumentRecord
 from proxy.retrieval.edge_store import EdgeStore
@@ -41,6 +42,14 @@ def _points(client: QdrantClient, name: str, vectors: bool) -> Iterator[Any]:
             return
 
 
+def _dimensions(client: QdrantClient, name: str) -> int:
+    """The size of the one unnamed dense vector every local-mode collection kept."""
+    vectors = client.get_collection(name).config.params.vectors
+    if not isinstance(vectors, VectorParams):
+        raise ValueError(f"collection {name} has no single unnamed vector to copy: {vectors!r}")
+    return vectors.size
+
+
 def _collection_of(name: str) -> str:
     """``docs--0123abcd`` -> ``docs``: the tenant's hash is the last ``--`` part."""
     return name.rsplit("--", 1)[0]
@@ -60,7 +69,7 @@ async def migrate_local_mode(old: Path) -> Migrated:
     try:
         names = [c.name for c in client.get_collections().collections if c.name != _OLD_VERSIONS]
         chunk_names = [name for name in names if not name.startswith(_OLD_RECORDS)]
-        dimensions = client.get_collection(chunk_names[0]).config.params.vectors.size if chunk_names else 1
+        dimensions = _dimensions(client, chunk_names[0]) if chunk_names else 1
         store = EdgeStore(old, dimensions)
         for name in chunk_names:
             chunks = [_chunk(point) for point in _points(client, name, vectors=True)]

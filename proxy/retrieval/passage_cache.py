@@ -38,17 +38,18 @@ def _passages(raw: list[dict]) -> tuple[Passage, ...]:
 
 
 class RetrievalCache:
-    """Selected passages per key, in process and, when configured, in Redis shared by replicas."""
+    """Selected passages per key, in process and, when configured, in Redis shared by replicas (``store``:
+    ``tiered_cache``)."""
 
     def __init__(
-        self, ttl: float, empty_ttl: float, jitter: float = 0.1, rng: random.Random | None = None,
-        store: TieredCache | None = None,
+        self, ttl: float, empty_ttl: float, jitter: float = 0.1, rng: random.Random | None = None, *,
+        store: TieredCache,
     ) -> None:
         self.ttl = ttl
         self.empty_ttl = empty_ttl
         self.jitter = jitter
         self._rng = rng or random.Random()
-        self._store = store or TieredCache()
+        self._store = store
         self._store.decode = _passages
 
     @property

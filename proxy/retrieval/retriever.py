@@ -16,7 +16,7 @@ from time import perf_counter
 from policies.prompt.stable_prefix import CHARS_PER_TOKEN
 from policies.retrieval.evidence import EvidencePolicy, Passage, select_evidence
 from proxy.caches.tiered import tiered_cache
-from proxy.clock import SYSTEM_CLOCK, Clock
+from proxy.clock import Clock
 from proxy.config.gateway import Config
 from proxy.config.retrieval import TenantRetrieval
 from proxy.micro_batch import MicroBatcher
@@ -110,7 +110,7 @@ class Retriever:
 
     @classmethod
     async def start(cls, config: Config, metrics: Metrics | None = None,
-                    open_store: StoreOpener | None = None, clock: Clock = SYSTEM_CLOCK) -> Retriever:
+                    open_store: StoreOpener | None = None, *, clock: Clock) -> Retriever:
         """``open_store``: the vector store for the embedder's dimensions (default: the configured Qdrant)."""
         settings = config.retrieval
         embedder: Embedder
@@ -124,7 +124,7 @@ class Retriever:
         cache = None
         if settings.cache:
             cache = RetrievalCache(settings.cache_ttl_s, settings.cache_empty_ttl_s,
-                                   store=tiered_cache(config.redis, "passages", metrics, clock))
+                                   store=tiered_cache(config.redis, "passages", metrics, clock=clock))
         vectors = VectorCache(settings.embedding_cache_size) if settings.embedding_cache_size else None
         retriever = cls(embedder, store, max_batch=settings.batch_max, max_wait=settings.batch_wait_ms / 1000,
                         metrics=metrics, cache=cache, timeout=settings.timeout, vector_cache=vectors)

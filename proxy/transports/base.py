@@ -7,43 +7,45 @@ and later features (retries, health checks) depend only on this protocol and the
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Protocol
+
+from policies.vocabulary import Vocabulary
+
+
+class ErrorKind(Vocabulary):
+    """What went wrong with an exchange: the values of prefixgate_upstream_errors_total's ``kind`` label (each
+    failure's ``kind``, and a 5xx answer, which the exchange counts as status_5xx). The metric's help is written
+    from it."""
+
+    CONNECT = "connect", "the replica could not be reached, or closed the connection before answering"
+    TIMEOUT = "timeout", "no answer within one of the pool's timeouts"
+    BROKEN = "broken", "the answer started and then broke off"
+    ERROR = "error", "another failure of the HTTP client"
+    STATUS_5XX = "status_5xx", "the replica answered with a 5xx status"
 
 
 class UpstreamError(Exception):
     """An upstream exchange failed; ``kind`` is the metric label and decides the status code."""
 
-    kind = "error"
+    kind = ErrorKind.ERROR
 
 
 class UpstreamUnreachable(UpstreamError):
     """Connection refused, reset before an answer, DNS failure: nothing was answered (502)."""
 
-    kind = "connect"
+    kind = ErrorKind.CONNECT
 
 
 class UpstreamTimeout(UpstreamError):
     """No answer within a configured timeout (504 before the first byte)."""
 
-    kind = "timeout"
+    kind = ErrorKind.TIMEOUT
 
 
 class UpstreamBroken(UpstreamError):
     """The answer started and then broke off (connection lost mid-body)."""
 
-    kind = "broken"
-
-
-# What went wrong with an exchange: the values of prefixgate_upstream_errors_total's ``kind`` label (each failure's
-# ``kind``, and a 5xx answer, which the exchange counts as status_5xx). The metric's help is written from this.
-ERROR_KINDS: Mapping[str, str] = MappingProxyType({
-    UpstreamUnreachable.kind: "the replica could not be reached, or closed the connection before answering",
-    UpstreamTimeout.kind: "no answer within one of the pool's timeouts",
-    UpstreamBroken.kind: "the answer started and then broke off",
-    UpstreamError.kind: "another failure of the HTTP client",
-    "status_5xx": "the replica answered with a 5xx status",
-})
+    kind = ErrorKind.BROKEN
 
 
 class Reply(Protocol):

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from policies.refusals import ProviderFailed, Refused
-from proxy.clock import SYSTEM_CLOCK, Clock
+from proxy.clock import Clock
 from proxy.config.pools import LitellmPoolConfig
 from proxy.transports.base import TransportFactory
 from proxy.upstream.pool import Pool, Relayed, RelayedStream, Usage
@@ -34,7 +34,7 @@ class LitellmPool(Pool):
     serves_responses = False  # its calls are litellm's chat completions
     continues_answers = False  # a provider neither reports the cut nor writes on from a partial answer
 
-    def __init__(self, config: LitellmPoolConfig, transports: TransportFactory, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, config: LitellmPoolConfig, transports: TransportFactory, clock: Clock) -> None:
         super().__init__(config, transports, clock)  # litellm makes its own connections
         self.provider = config
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from policies.admission.length import PoolOption, ShortRecall, split_pays
-from policies.admission.token_caps import TokenCaps
+from policies.admission.token_caps import CapAction, TokenCaps
 from policies.prompt.stable_prefix import Pieces
 from proxy.admission.pool_gate import PoolGate
-from proxy.clock import SYSTEM_CLOCK, Clock
+from proxy.clock import Clock
 from proxy.config.pools import BasePoolConfig
 from proxy.config.upstream import Timeouts
 from proxy.observability.load_metrics import LENGTH_SPLIT, QUEUED, SHORT_RECALL, LoadGauge
@@ -58,7 +58,7 @@ class Pool:
     serves_responses: ClassVar[bool] = True  # vLLM serves /v1/responses
     continues_answers: ClassVar[bool] = True  # vLLM writes on from a partial answer (``continue_final_message``)
 
-    def __init__(self, config: BasePoolConfig, transports: TransportFactory, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, config: BasePoolConfig, transports: TransportFactory, clock: Clock) -> None:
         """``transports``: where a kind that talks HTTP gets its clients (``ReplicaPool``)."""
         name = self.name = config.name
         self.clock = clock
@@ -83,12 +83,11 @@ class Pool:
         """How many times ``max_in_flight`` requests the pool takes at once: one per replica, else one."""
         return 1
 
-    def caps(self, action: str) -> TokenCaps | None:
+    def caps(self, action: CapAction) -> TokenCaps | None:
         """This pool's max_tokens limits, applied with the tenant's action; None where it sets none."""
         if self.max_tokens_limit is None and self.max_tokens_default is None:
             return None
-        return TokenCaps(self.max_tokens_limit, action, self.max_tokens_default,  # type: ignore[arg-type]
-                         source=f"pool '{self.name}'")
+        return TokenCaps(self.max_tokens_limit, action, self.max_tokens_default, source=f"pool '{self.name}'")
 
     @property
     def catch_all(self) -> bool:

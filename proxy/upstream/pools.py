@@ -12,9 +12,9 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-from policies.admission.refusals import Refused
+from policies.refusals import Refused
 from policies.routing.pool_choice import PoolReason, choose_pool, long_pool
-from proxy.clock import SYSTEM_CLOCK, Clock
+from proxy.clock import Clock
 from proxy.config.gateway import Config
 from proxy.config.pools import OpenAIPoolConfig
 from proxy.transports.base import TransportFactory
@@ -30,8 +30,8 @@ POOL_KINDS: dict[str, type[Pool]] = {"openai": ReplicaPool, "litellm": LitellmPo
 class Upstreams:
     """All pools of a running gateway, plus the optional embeddings upstream."""
 
-    def __init__(self, config: Config, transports: TransportFactory | None = None,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, config: Config, transports: TransportFactory | None, clock: Clock) -> None:
+        """``transports``: None for the clients ``server.http_client`` names."""
         transports = transports or CLIENTS[config.server.http_client]
         self.clock = clock
         self.pools = [POOL_KINDS[p.kind](p, transports, clock) for p in config.pools]

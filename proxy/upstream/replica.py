@@ -11,7 +11,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from policies.routing.health import HEALTHY, EjectionRules, HealthState, after_failure, after_success
-from proxy.clock import SYSTEM_CLOCK, Clock
+from proxy.clock import Clock
 from proxy.transports.base import Transport
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ class Replica:
                  "others_until", "pool", "reading", "reading_ok", "rules", "taken", "transport")
 
     def __init__(self, base_url: str, transport: Transport, health_path: str, rules: EjectionRules,
-                 pool: str = "", clock: Clock = SYSTEM_CLOCK) -> None:
+                 pool: str, clock: Clock) -> None:
         self.base_url = base_url
         self.origin = origin_of(base_url)
         self.health_url = self.origin + health_path

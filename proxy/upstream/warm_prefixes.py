@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from cachetools import TTLCache
 
-from proxy.clock import SYSTEM_CLOCK, Clock
+from proxy.clock import Clock
 
 ENTRIES = 65_536  # prefixes remembered per pool; ~10 MB at most, far more than a pool's engines cache
 
@@ -19,7 +19,7 @@ ENTRIES = 65_536  # prefixes remembered per pool; ~10 MB at most, far more than 
 class WarmPrefixes:
     __slots__ = ("_masks",)
 
-    def __init__(self, seconds: float, entries: int = ENTRIES, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, seconds: float, entries: int = ENTRIES, *, clock: Clock) -> None:
         self._masks: TTLCache[int, int] = TTLCache(entries, seconds, timer=clock)
 
     def mask(self, key: int) -> int:

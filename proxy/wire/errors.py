@@ -24,6 +24,7 @@ from policies.refusals import (
     RateLimited,
     Refusal,
     Refused,
+    Rejection,
     RequestTimeout,
     Shed,
     ShuttingDown,
@@ -35,7 +36,6 @@ from policies.refusals import (
     UnknownTenant,
     UpstreamFailed,
 )
-from policies.request.types import Rejection
 from proxy.wire.headers import POOL, TENANT, ratelimit_headers, reset_text
 
 POOL_PARAM, TENANT_PARAM = POOL.decode(), TENANT.decode()  # the header an error's ``param`` names

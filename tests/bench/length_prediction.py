@@ -48,6 +48,7 @@ from policies.prompt.stable_prefix import chat_pieces  # noqa: E402
 from proxy.admission.rate_limiter import MemoryLimiter  # noqa: E402
 from proxy.admission.request_admission import Admission, Admitted, TenantAdmission  # noqa: E402
 from proxy.admission.token_count import TokenCounter  # noqa: E402
+from proxy.clock import SYSTEM_CLOCK  # noqa: E402
 from proxy.config.pools import OpenAIPoolConfig  # noqa: E402
 from proxy.observability.metrics import Metrics  # noqa: E402
 from tests.bench import machine  # noqa: E402
@@ -78,7 +79,7 @@ def admitted_body(admission: Admission, request: LengthRequest) -> tuple[Admitte
 
 async def replay(requests: list[LengthRequest], in_flight: int) -> list[dict[str, Any]]:
     """One outcome per request: its app, truth, prediction, key and pool."""
-    admission = Admission(MemoryLimiter(), TokenCounter(), Metrics(), predicts=True)
+    admission = Admission(MemoryLimiter(SYSTEM_CLOCK), TokenCounter(), Metrics(), predicts=True)
     pending: list[tuple[Admitted, str, int]] = []
     outcomes = []
     for request in requests:

@@ -33,7 +33,10 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
+
+from tests.support.chat_body import chat_body
 
 MODEL = "bench-model"
 TRUTH_FIELDS = frozenset({"min_tokens", "ignore_eos", "true_tokens"})
@@ -84,9 +87,7 @@ def normal(rng: random.Random, mean: float, sd: float, low: int = 1) -> int:
     return max(low, round(rng.gauss(mean, sd)))
 
 
-def chat(system: str | None, user: str, **extra: Any) -> dict[str, Any]:
-    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
-    return {"model": MODEL, "messages": messages, **extra}
+chat = partial(chat_body, model=MODEL)
 
 
 @dataclass(frozen=True, slots=True)

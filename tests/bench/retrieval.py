@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from policies.retrieval.evidence import EvidencePolicy, select_evidence  # noqa: E402
+from proxy.caches.tiered import TieredCache  # noqa: E402
+from proxy.clock import SYSTEM_CLOCK  # noqa: E402
 from proxy.config.retrieval import TenantRetrieval  # noqa: E402
 from proxy.retrieval.edge_store import EdgeStore  # noqa: E402
 from proxy.retrieval.embeddings import LocalMiniLM  # noqa: E402
@@ -149,7 +151,8 @@ async def tiers_run(questions: list[str]) -> dict[str, list[float]]:
     """One run: the read times (ms) of a repeated question in each tier of the passage cache."""
     embedder, store = await filled_store()
     settings = TenantRetrieval(collection="bench", candidates=20, top_n=5, budget_tokens=1500)
-    cached = Retriever(embedder, store, max_batch=32, max_wait=0, cache=RetrievalCache(ttl=300, empty_ttl=30))
+    cached = Retriever(embedder, store, max_batch=32, max_wait=0, cache=RetrievalCache(
+        ttl=300, empty_ttl=30, store=TieredCache(clock=SYSTEM_CLOCK)))
     for question in questions:
         await cached.retrieve("bench", settings, question)
     in_process = []
@@ -213,8 +216,10 @@ async def redis_reads(filled: Retriever, settings: TenantRetrieval, questions: l
     server.start()
     try:
         settings_redis = RedisConfig(url=server.url, front_ttl_s=0.001)
-        writer = RetrievalCache(ttl=300, empty_ttl=30, store=tiered_cache(settings_redis, "passages"))
-        reader = RetrievalCache(ttl=300, empty_ttl=30, store=tiered_cache(settings_redis, "passages"))
+        writer = RetrievalCache(ttl=300, empty_ttl=30,
+                                store=tiered_cache(settings_redis, "passages", clock=SYSTEM_CLOCK))
+        reader = RetrievalCache(ttl=300, empty_ttl=30,
+                                store=tiered_cache(settings_redis, "passages", clock=SYSTEM_CLOCK))
         assert filled.cache is not None
         keys = []
         for question in questions:

@@ -3,7 +3,8 @@ instead of a socket, the way httpx's MockTransport serves a client.
 
 A handler takes ``(url, body)`` (body: the JSON bytes the gateway sends; b"" for a GET) and returns a
 ``MockReply`` or raises one of the transport errors (``UpstreamUnreachable`` for a refused
-connection). ``MockUpstreams`` records every call, so a test can say which replica got what.
+connection); ``MockEngine`` (``tests.support.mock_engine``) answers as an engine does. ``MockUpstreams``
+records every call, so a test can say which replica got what.
 """
 
 from __future__ import annotations
@@ -80,12 +81,3 @@ class MockUpstreams:
 
     def posts(self) -> list[Call]:
         return [call for call in self.calls if call.method == "POST"]
-
-
-def chat_completion(content: str = "hi", model: str = "m") -> MockReply:
-    """A whole chat completion as vLLM answers one."""
-    return MockReply.json({
-        "id": "chatcmpl-mock", "object": "chat.completion", "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
-    })

@@ -9,8 +9,9 @@ import orjson
 from policies.admission.request_plan import CallPlan, ShapedBody, plan_call, shape_body, with_field
 from policies.admission.token_caps import TokenCaps
 from policies.prompt.cache_salt import CacheMode, salt_policy
-from policies.request.types import Rejection
+from policies.refusals import Rejection
 from policies.request.validate import validate_request
+from tests.support.chat_body import chat_body
 
 SECRET = b"deployment-secret-0123456789"
 USAGE = {"include_usage": True}
@@ -32,10 +33,6 @@ def _shape(body: dict[str, Any], *, raw: bytes | None = None, changed: bool = Fa
     return shaped
 
 
-def _chat(**extra: Any) -> dict[str, Any]:
-    return {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
-
-
 def test_an_unchanged_body_gets_the_salt_and_usage_option_spliced_into_its_own_bytes() -> None:
     body = orjson.loads(RAW_STREAM)
     salt = salt_policy("isolate", SECRET, "acme").own
@@ -46,7 +43,7 @@ def test_an_unchanged_body_gets_the_salt_and_usage_option_spliced_into_its_own_b
 
 
 def test_a_changed_body_is_serialized_once_with_the_salt_and_usage_option() -> None:
-    rewritten = _chat(stream=True, stream_options={"include_usage": False, "continuous_usage_stats": True})
+    rewritten = chat_body(stream=True, stream_options={"include_usage": False, "continuous_usage_stats": True})
     shaped = _shape(rewritten, raw=b'{"model": "m", "what": "the client sent before the rewrite"}', changed=True)
     options = {"include_usage": True, "continuous_usage_stats": True}  # the client's other options stay
     sent = {**rewritten, "cache_salt": salt_policy("isolate", SECRET, "acme").own, "stream_options": options}
@@ -55,48 +52,48 @@ def test_a_changed_body_is_serialized_once_with_the_salt_and_usage_option() -> N
 
 
 def test_a_clients_own_salt_is_replaced_by_the_tenants_hmac_of_it() -> None:
-    shaped = _shape(_chat(cache_salt="mine"))
+    shaped = _shape(chat_body(cache_salt="mine"))
     sent = orjson.loads(shaped.raw)["cache_salt"]
     assert sent == salt_policy("isolate", SECRET, "acme").upstream_salt("mine")
     assert sent not in ("mine", salt_policy("isolate", SECRET, "acme").own)
 
 
 def test_salt_mode_off_sends_no_salt_and_drops_the_clients() -> None:
-    assert _plan(_chat(), mode="off").salt is None
-    raw = orjson.dumps(_chat())
-    assert _shape(_chat(), raw=raw, mode="off").raw == raw
-    shaped = _shape(_chat(cache_salt="mine"), mode="off")
-    assert orjson.loads(shaped.raw) == _chat() and "cache_salt" not in shaped.body
+    assert _plan(chat_body(), mode="off").salt is None
+    raw = orjson.dumps(chat_body())
+    assert _shape(chat_body(), raw=raw, mode="off").raw == raw
+    shaped = _shape(chat_body(cache_salt="mine"), mode="off")
+    assert orjson.loads(shaped.raw) == chat_body() and "cache_salt" not in shaped.body
 
 
 def test_a_stream_whose_client_asked_for_usage_keeps_it_as_sent_and_nothing_is_hidden() -> None:
-    body = _chat(stream=True, stream_options={"include_usage": True, "continuous_usage_stats": True})
+    body = chat_body(stream=True, stream_options={"include_usage": True, "continuous_usage_stats": True})
     assert _plan(body).ask_usage is False
     assert orjson.loads(_shape(body).raw)["stream_options"] == body["stream_options"]
 
 
 def test_a_stream_whose_client_did_not_ask_gets_usage_asked_for_and_hidden() -> None:
-    body = _chat(stream=True)
+    body = chat_body(stream=True)
     assert _plan(body).ask_usage is True
     assert orjson.loads(_shape(body).raw)["stream_options"] == USAGE
 
 
 def test_no_stream_options_for_a_whole_answer_or_a_pool_that_counts_usage_itself() -> None:
-    for body, engine_usage in ((_chat(), True), (_chat(stream=True), False)):  # the second: a litellm pool
+    for body, engine_usage in ((chat_body(), True), (chat_body(stream=True), False)):  # the second: a litellm pool
         assert _plan(body, engine_usage=engine_usage).ask_usage is False
         assert "stream_options" not in orjson.loads(_shape(body, engine_usage=engine_usage).raw)
 
 
 def test_a_pools_cap_clamps_max_tokens() -> None:
     caps = TokenCaps(max_tokens=100, source="pool 'short'")
-    shaped = _shape(_chat(max_tokens=500), caps=caps)
+    shaped = _shape(chat_body(max_tokens=500), caps=caps)
     assert shaped.capped and orjson.loads(shaped.raw)["max_tokens"] == 100 and shaped.body["max_tokens"] == 100
-    within = _shape(_chat(max_tokens=50), caps=caps)
+    within = _shape(chat_body(max_tokens=50), caps=caps)
     assert not within.capped and orjson.loads(within.raw)["max_tokens"] == 50
 
 
 def test_a_pools_cap_refuses_with_a_rejection_naming_max_tokens_and_the_pool() -> None:
-    body = _chat(max_tokens=500)
+    body = chat_body(max_tokens=500)
     plan = _plan(body, caps=TokenCaps(max_tokens=100, action="reject", source="pool 'short'"))
     refused = shape_body(orjson.dumps(body), body, False, plan)
     assert isinstance(refused, Rejection)
@@ -105,16 +102,16 @@ def test_a_pools_cap_refuses_with_a_rejection_naming_max_tokens_and_the_pool() -
 
 
 def test_a_pools_default_max_tokens_is_given_to_a_request_that_names_none() -> None:
-    shaped = _shape(_chat(), caps=TokenCaps(default_max_tokens=64, source="pool 'short'"))
+    shaped = _shape(chat_body(), caps=TokenCaps(default_max_tokens=64, source="pool 'short'"))
     assert orjson.loads(shaped.raw)["max_tokens"] == 64
 
 
 def test_the_answer_cache_applies_only_to_deterministic_bodies_of_tenants_that_store_answers() -> None:
-    assert _shape(_chat(temperature=0), answers=True).answer_cache is True
-    assert _shape(_chat(temperature=0.7), answers=True).answer_cache is False
-    assert _shape(_chat(), answers=True).answer_cache is False  # no temperature: the engine's default samples
-    assert _shape(_chat(temperature=0, n=2), answers=True).answer_cache is False
-    assert _shape(_chat(temperature=0), answers=False).answer_cache is False
+    assert _shape(chat_body(temperature=0), answers=True).answer_cache is True
+    assert _shape(chat_body(temperature=0.7), answers=True).answer_cache is False
+    assert _shape(chat_body(), answers=True).answer_cache is False  # no temperature: the engine's default samples
+    assert _shape(chat_body(temperature=0, n=2), answers=True).answer_cache is False
+    assert _shape(chat_body(temperature=0), answers=False).answer_cache is False
 
 
 def test_with_field_appends_a_field_before_the_closing_brace_and_keeps_the_rest() -> None:

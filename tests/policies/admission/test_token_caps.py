@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from policies.admission.token_caps import TokenCaps, cap_output, check_prompt_tokens
-from policies.request.types import OUTPUT_FIELDS, Rejection
+from policies.refusals import Rejection
+from policies.request.types import OUTPUT_FIELDS
 
 CHAT, COMPLETIONS, RESPONSES = OUTPUT_FIELDS["chat"], OUTPUT_FIELDS["completions"], OUTPUT_FIELDS["responses"]
 

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from functools import partial
 
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.prompt.prompt import NOTE_HEADER, PromptPolicy, rewrite_chat
+from tests.support.chat_body import chat_body
 
 SYSTEM = (
     "You are the ACME support agent.\nCurrent time: 2026-11-22 11:51:13 UTC\n"
     "trace_id=4bf92f3577b34da6a3ce929d0e0e4736\n\nBe brief."
 )
-
-
-def chat(system: str, user: str = "Where is my order?", **extra: Any) -> dict[str, Any]:
-    return {"model": "m", "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
-            **extra}
+chat = partial(chat_body, user_text="Where is my order?")
 
 
 def test_labelled_lines_move_to_a_note_after_the_last_user_message() -> None:
@@ -140,7 +137,7 @@ def test_sort_tools_sorts_the_list_and_keys_but_keeps_each_schemas_property_orde
 
 
 def test_user_text_is_never_canonicalized() -> None:
-    body = chat("Be brief.", user="Keep   my\r\nspacing  ")
+    body = chat("Be brief.", user_text="Keep   my\r\nspacing  ")
     assert rewrite_chat(body, PromptPolicy()).changed is False
 
 
@@ -157,7 +154,7 @@ ids = st.uuids(version=4).map(str)
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.one_of(words, stamps.map(lambda s: f"Current time: {s}"), ids), max_size=8), words)
 def test_rewrite_is_idempotent(lines: list[str], user: str) -> None:
-    once = rewrite_chat(chat("\r\n".join(lines) + " \n\n\n", user=user), PromptPolicy())
+    once = rewrite_chat(chat("\r\n".join(lines) + " \n\n\n", user_text=user), PromptPolicy())
     twice = rewrite_chat(once.body, PromptPolicy())
     assert twice.body == once.body
 

@@ -20,7 +20,8 @@ from policies.prompt.responses import (
     rewrite_responses,
     stored_response,
 )
-from policies.request.types import Rejection, RequestView
+from policies.refusals import Rejection
+from policies.request.types import RequestView
 from policies.request.validate import validate_request
 
 INSTRUCTIONS = "You are a planner.  \r\nCurrent time: 2026-11-22 11:51:13 UTC\r\n\r\n\r\nPlan well."

@@ -8,11 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from policies.prompt.stable_prefix import chat_pieces, common_prefix, shared_prefix, total_length
-
-
-def chat(system: str, user: str, tools: list | None = None) -> dict:
-    body = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
-    return {**body, "tools": tools} if tools else body
+from tests.support.chat_body import chat_body as chat
 
 
 def test_identical_prompts_share_everything_and_a_change_stops_the_count() -> None:
@@ -21,7 +17,7 @@ def test_identical_prompts_share_everything_and_a_change_stops_the_count() -> No
     b = chat_pieces(chat("Be bold.", "Hi"))
     assert shared_prefix(a, b) == len("<system>") + len("Be b")
     # a new tool list changes the head, so nothing after it counts
-    assert shared_prefix(a, chat_pieces(chat("Be brief.", "Hi", [{"type": "function"}]))) == 0
+    assert shared_prefix(a, chat_pieces(chat("Be brief.", "Hi", tools=[{"type": "function"}]))) == 0
 
 
 def test_content_parts_count_as_their_text() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import unicodedata
+from functools import partial
 
 import pytest
 from hypothesis import given
@@ -10,14 +11,12 @@ from hypothesis import strategies as st
 
 from policies.prompt.prompt import NOTE_HEADER, PromptPolicy, rewrite_chat
 from policies.prompt.templates import compile_template
+from tests.support.chat_body import chat_body
 
 SUPPORT = compile_template("support", "You are {agent}, the support agent of {company}.\nAnswer in {language}.\n")
 POLICY = PromptPolicy(templates=(SUPPORT,))
 REST = "Never promise refunds.\nKeep answers short."
-
-
-def chat(system: str) -> dict:
-    return {"model": "m", "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Hi"}]}
+chat = partial(chat_body, user_text="Hi")
 
 
 def test_variants_share_one_canonical_preamble_and_keep_their_values_in_the_note() -> None:

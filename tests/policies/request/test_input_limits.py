@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import orjson
 
+from policies.refusals import Rejection
 from policies.request.input_limits import InputLimits, check_input_limits
-from policies.request.types import Rejection
 
 LIMITS = InputLimits(max_json_depth=8, max_messages=3, max_content_chars=10, max_inputs=2)
 

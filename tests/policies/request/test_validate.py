@@ -4,14 +4,12 @@ from typing import Any
 
 import pytest
 
-from policies.request.types import Rejection, RequestView
+from policies.refusals import Rejection
+from policies.request.types import RequestView
 from policies.request.validate import validate_request
+from tests.support.chat_body import chat_body as chat
 
 MESSAGES = [{"role": "user", "content": "hi"}]
-
-
-def chat(**fields: Any) -> dict[str, Any]:
-    return {"model": "m", "messages": MESSAGES, **fields}
 
 
 @pytest.mark.parametrize(

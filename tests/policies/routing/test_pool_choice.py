@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from policies.admission.length import PoolOption
-from policies.admission.refusals import ModelNotInPool, UnknownModel, UnknownPool
+from policies.refusals import ModelNotInPool, UnknownModel, UnknownPool
 from policies.routing.pool_choice import choose_pool
 
 

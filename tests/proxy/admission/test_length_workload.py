@@ -11,6 +11,7 @@ import pytest
 from proxy.admission.rate_limiter import MemoryLimiter
 from proxy.admission.request_admission import Admission
 from proxy.admission.token_count import TokenCounter
+from proxy.clock import SYSTEM_CLOCK
 from proxy.observability.metrics import Metrics
 from tests.bench.length_prediction import admitted_body
 from tests.bench.length_workload import TRUTH_FIELDS, LengthRequest, engine_body, workload
@@ -24,7 +25,7 @@ def test_the_same_seed_gives_the_same_requests() -> None:
 
 
 def test_the_predictor_reads_the_clients_body_and_only_the_engine_copy_holds_the_truth() -> None:
-    admission = Admission(MemoryLimiter(), TokenCounter(), Metrics(), predicts=True)
+    admission = Admission(MemoryLimiter(SYSTEM_CLOCK), TokenCounter(), Metrics(), predicts=True)
     for request in workload(3, REQUESTS):
         admitted, seen = admitted_body(admission, request)
         assert seen == request.body and TRUTH_FIELDS.isdisjoint(seen) and TRUTH_FIELDS.isdisjoint(admitted.body)
@@ -37,7 +38,7 @@ def test_the_predictor_reads_the_clients_body_and_only_the_engine_copy_holds_the
 
 
 def test_a_body_that_leaks_the_truth_stops_the_bench() -> None:
-    admission = Admission(MemoryLimiter(), TokenCounter(), Metrics(), predicts=True)
+    admission = Admission(MemoryLimiter(SYSTEM_CLOCK), TokenCounter(), Metrics(), predicts=True)
     honest = workload(3, 1)[0]
     leaky = LengthRequest(honest.tenant, honest.app, engine_body(honest), honest.true_tokens, False, honest.kind)
     with pytest.raises(AssertionError, match="carries"):

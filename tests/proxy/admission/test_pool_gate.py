@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from policies.admission.refusals import Refused, Shed
+from policies.refusals import Refused, Shed
 from proxy.admission.pool_gate import PoolGate
 from tests.support.clock import ClockedEngine, FakeClock, meanwhile, settle, settled
 from tests.support.configs import pool

@@ -8,6 +8,7 @@ import asyncio
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from functools import partial
 from itertools import pairwise
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import httpx
 import pytest
 
 from policies.admission.length import RECALL_SAMPLES
+from tests.support.chat_body import chat_body
 from tests.support.clock import FakeClock
 from tests.support.configs import make_config, pool
 from tests.support.fake_server import FakeServer
@@ -27,6 +29,7 @@ from tests.support.waiting import wait_until
 
 KEY = "sk-tenant-acme-1"
 AUTH = {"Authorization": f"Bearer {KEY}"}
+chat = partial(chat_body, user_text="Hello there", model="fake-model")
 
 
 def config(fake: FakeServer, limits: dict, **extra: object) -> dict:
@@ -37,10 +40,6 @@ def config(fake: FakeServer, limits: dict, **extra: object) -> dict:
         extra["redis"] = {"timeout_ms": PATIENT_MS, **extra["redis"]}  # type: ignore[dict-item]
     return {"pools": [pool("p", fake.base_url, timeouts={"connect": 60})],
             "auth": {"keys": [{"tenant": "acme", "key": KEY}]}, "limits": limits, **extra}
-
-
-def chat(**fields: object) -> dict:
-    return {"model": "fake-model", "messages": [{"role": "user", "content": "Hello there"}], **fields}
 
 
 async def burst(urls: list[str], count: int) -> list[httpx.Response]:

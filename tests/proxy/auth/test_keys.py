@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from policies.admission.refusals import Refused, Unauthorized
+from policies.refusals import Refused, Unauthorized
 from proxy.auth.keys import KeyTable
 from proxy.config.gateway import OPEN_TENANT
 

@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 
 from policies.retrieval.evidence import Passage
 from proxy.caches.tiered import TieredCache, tiered_cache
+from proxy.clock import SYSTEM_CLOCK
 from proxy.config.redis import RedisConfig
 from proxy.retrieval.passage_cache import RetrievalCache
 from tests.support.clock import FakeClock
@@ -122,8 +123,10 @@ def test_front_tier_entries_are_short_lived_and_redis_keeps_the_full_ttl(redis_s
 def test_passages_survive_the_round_trip_through_redis(redis_server: RedisServer) -> None:
     async def run() -> None:
         settings = RedisConfig(url=redis_server.url, timeout_ms=PATIENT_MS)
-        one = RetrievalCache(ttl=60, empty_ttl=5, store=tiered_cache(settings, "passages"))
-        other = RetrievalCache(ttl=60, empty_ttl=5, store=tiered_cache(settings, "passages"))
+        one = RetrievalCache(ttl=60, empty_ttl=5,
+                             store=tiered_cache(settings, "passages", clock=SYSTEM_CLOCK))
+        other = RetrievalCache(ttl=60, empty_ttl=5,
+                               store=tiered_cache(settings, "passages", clock=SYSTEM_CLOCK))
         passages = (Passage("guide.md", 0, 2, "Chunks zero to two.", 0.83, "docs/guide.md", 5, end=120),
                     Passage("faq.md", 3, 3, "One chunk, no offsets.", 0.5, "faq.md", 6))
         try:

@@ -6,42 +6,28 @@ test reads the body, so a stream left unread holds its pool's slot while the tes
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from proxy.transports.base import UpstreamUnreachable
+from tests.support.chat_body import chat_body
 from tests.support.clock import FakeClock
 from tests.support.configs import pool
 from tests.support.in_memory import in_memory_gateway
 from tests.support.metrics_text import sample_sum
-from tests.support.mock_transport import MockReply, MockUpstreams, chat_completion
+from tests.support.mock_engine import MockEngine
+from tests.support.mock_transport import MockReply, MockUpstreams
 
 A, B = "http://a:8000/v1", "http://b:8000/v1"
 KEY = "sk-acme-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
-USAGE = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+_body = partial(chat_body, max_tokens=8)
 
 
 def _pool(name: str, replica: str, model: str, **extra: Any) -> dict[str, Any]:
     quiet = {"health": {"interval": 0}, "engine_metrics": {"interval": 0}}  # no checks or readings of their own
     return pool(name, replica, models=[model], **{**quiet, **extra})
-
-
-def _body(model: str = "m", **extra: Any) -> dict[str, Any]:
-    return {"model": model, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}], **extra}
-
-
-def _answer(url: str, body: bytes) -> MockReply:
-    """Whole answers as ``chat_completion`` (usage 5 + 1); streams with a content event and a usage event."""
-    if not orjson.loads(body).get("stream"):
-        return chat_completion()
-    content = {"id": "c", "object": "chat.completion.chunk", "model": "m",
-               "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
-    usage = {"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [], "usage": USAGE}
-    chunks = [b"data: " + orjson.dumps(event) + b"\n\n" for event in (content, usage)]
-    return MockReply(200, [*chunks, b"data: [DONE]\n\n"], content_type="text/event-stream")
 
 
 def _limited(pools: list[dict[str, Any]]) -> dict[str, Any]:
@@ -55,7 +41,7 @@ def _remaining(answer: Any) -> int:
 
 
 def test_a_request_the_full_pool_sheds_goes_to_its_overflow_pool_and_the_answer_says_so(tmp_path: Path) -> None:
-    upstreams = MockUpstreams(_answer)
+    upstreams = MockUpstreams(MockEngine())
     local = _pool("local", A, "m", max_in_flight=1, queue_size=0, overflow_to="big")
     with in_memory_gateway({"pools": [local, _pool("big", B, "big-model")]}, upstreams, FakeClock(),
                            tmp_path) as client:
@@ -93,7 +79,7 @@ def test_a_pool_with_every_replica_ejected_answers_503_no_healthy_upstream_with_
 
 
 def test_an_answer_settles_the_tenants_tokens_with_the_usage_the_upstream_reported(tmp_path: Path) -> None:
-    with in_memory_gateway(_limited([_pool("p", A, "m")]), MockUpstreams(_answer), FakeClock(),
+    with in_memory_gateway(_limited([_pool("p", A, "m")]), MockUpstreams(MockEngine()), FakeClock(),
                            tmp_path) as client:
         first, second = (client.post("/v1/chat/completions", json=_body(), headers=AUTH) for _ in range(2))
     assert first.status_code == second.status_code == 200
@@ -103,7 +89,8 @@ def test_an_answer_settles_the_tenants_tokens_with_the_usage_the_upstream_report
 
 def test_a_shed_request_gives_its_tokens_back(tmp_path: Path) -> None:
     solo = _pool("p", A, "m", max_in_flight=1, queue_size=0)
-    with in_memory_gateway(_limited([solo]), MockUpstreams(_answer), FakeClock(), tmp_path) as client:
+    engine = MockEngine(prompt_tokens=11, completion_tokens=7)
+    with in_memory_gateway(_limited([solo]), MockUpstreams(engine), FakeClock(), tmp_path) as client:
         with client.stream("POST", "/v1/chat/completions", json=_body(stream=True), headers=AUTH) as holding:
             shed = client.post("/v1/chat/completions", json=_body(stream=True), headers=AUTH)
             assert b'"usage"' not in holding.read()  # the gateway asked for it; the client did not

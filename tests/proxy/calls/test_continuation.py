@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from functools import partial
 
 import httpx
 import orjson
 import pytest
 
+from tests.support.chat_body import chat_body
 from tests.support.configs import pool
 from tests.support.fake_server import FakeServer
 from tests.support.fake_upstream import FakeUpstream
@@ -19,6 +21,7 @@ from tests.support.metrics_text import sample_sum
 from tests.support.servers import serve_in_thread
 
 T = 8  # the short pool's threshold in these tests
+chat = partial(chat_body, system="You are a chat app.", user_text="Hello there", model="fake-model")
 
 
 @pytest.fixture
@@ -35,11 +38,6 @@ def gateway(pools: tuple[FakeServer, FakeServer], start_proxy: Callable[..., str
     return start_proxy({"pools": [pool("short", short.base_url, models=["fake-model"], output="short",
                                        short_threshold=T, continue_long=True),
                                   pool("long", long.base_url, models=["fake-model"], output="long")]})
-
-
-def chat(system: str = "You are a chat app.", **fields: object) -> dict:
-    return {"model": "fake-model", "messages": [{"role": "system", "content": system},
-                                                {"role": "user", "content": "Hello there"}], **fields}
 
 
 def stream_events(gateway: str, body: dict) -> tuple[httpx.Headers, list[dict]]:

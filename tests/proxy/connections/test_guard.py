@@ -10,14 +10,13 @@ from collections.abc import Callable
 import pytest
 
 from proxy.config.server import ConnectionLimits, default_max_connections
-from proxy.connections.guard import (
-    BODY_TIMEOUT,
-    EVICTED,
-    HEADER_TIMEOUT,
-    IDLE,
-    OVER_CAPACITY,
-    ConnectionGuard,
-)
+from proxy.connections.guard import CloseReason, ConnectionGuard
+
+BODY_TIMEOUT = CloseReason.BODY_TIMEOUT
+EVICTED = CloseReason.EVICTED
+HEADER_TIMEOUT = CloseReason.HEADER_TIMEOUT
+IDLE = CloseReason.IDLE
+OVER_CAPACITY = CloseReason.OVER_CAPACITY
 
 
 class Timer:

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -17,6 +18,7 @@ import httpx
 import orjson
 import pytest
 
+from tests.support.chat_body import chat_body
 from tests.support.configs import pool
 from tests.support.fake_server import FakeServer
 from tests.support.gateways import gateway_processes
@@ -25,10 +27,7 @@ from tests.support.waiting import wait_until
 
 HEADER_S, BODY_S = 1.0, 1.5
 SLACK_S = 3.0  # how much later than its deadline a close may come on a busy 2-core machine
-
-
-def chat(**extra: Any) -> dict[str, Any]:
-    return {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **extra}
+chat = partial(chat_body, model="fake-model", max_tokens=4)
 
 
 @contextmanager

@@ -14,8 +14,8 @@ import pytest
 import redis.asyncio as aioredis
 from starlette.testclient import TestClient
 
-from policies.admission.refusals import Refused, StateUnavailable
 from policies.prompt.responses import StoredResponse
+from policies.refusals import Refused, StateUnavailable
 from proxy.config.redis import RedisConfig
 from proxy.conversations.store import ENTRY_OVERHEAD, OLD_REDIS_PREFIX, MemoryResponses, RedisResponses, _encode
 from tests.support import fake_responses

@@ -24,7 +24,8 @@ from policies.prompt.prompt import NOTE_HEADER
 from tests.support.clock import FakeClock
 from tests.support.configs import pool
 from tests.support.in_memory import in_memory_gateway
-from tests.support.mock_transport import MockReply, MockUpstreams, chat_completion
+from tests.support.mock_engine import MockEngine
+from tests.support.mock_transport import MockUpstreams
 
 Body = dict[str, Any]
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["reasoning", "answer"],
@@ -120,17 +121,9 @@ def _message_changes(sent: list[Body], forwarded: list[Body]) -> set[str]:
     return named
 
 
-def _answer(url: str, body: bytes) -> MockReply:
-    if url.endswith("/embeddings"):
-        return MockReply.json({"object": "list", "data": [], "model": "m"})
-    if orjson.loads(body).get("stream"):
-        return MockReply(200, [b'data: {"choices": []}\n\n', b"data: [DONE]\n\n"], content_type="text/event-stream")
-    return chat_completion()
-
-
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    upstreams = MockUpstreams(_answer)
+    upstreams = MockUpstreams(MockEngine())
     with in_memory_gateway({"pools": [pool("p", "http://engine-1/v1", models=["m"], health={"interval": 0})]},
                            upstreams, FakeClock(), Path(tmp_path_factory.mktemp("fidelity"))) as client:
         yield client, upstreams

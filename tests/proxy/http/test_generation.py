@@ -17,7 +17,8 @@ from tests.support.clock import FakeClock
 from tests.support.configs import pool
 from tests.support.in_memory import in_memory_gateway
 from tests.support.metrics_text import sample_sum
-from tests.support.mock_transport import MockReply, MockUpstreams, chat_completion
+from tests.support.mock_engine import MockEngine
+from tests.support.mock_transport import MockUpstreams
 
 A, B = "http://a:8000/v1", "http://b:8000/v1"
 ACME, GLOBEX = "sk-acme-0123456789", "sk-globex-0123456789"
@@ -27,26 +28,10 @@ USAGE_EVENT = b'data: {"id":"c","object":"chat.completion.chunk","model":"m","ch
               b'"usage":{"prompt_tokens":11,"completion_tokens":7,"total_tokens":18}}\n\n'
 
 
-def _event(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    choice = {"index": 0, "delta": delta, "finish_reason": finish}
-    return b"data: " + orjson.dumps({"id": "c", "object": "chat.completion.chunk", "model": "m",
-                                     "choices": [choice]}) + b"\n\n"
-
-
-def _answer(url: str, body: bytes) -> MockReply:
-    """A vLLM that streams when asked (with its usage event when asked) and else answers whole."""
-    request = orjson.loads(body)
-    if not request.get("stream"):
-        return chat_completion("hello")
-    chunks = [_event({"role": "assistant", "content": ""}), _event({"content": "hello"}), _event({}, "stop")]
-    if (request.get("stream_options") or {}).get("include_usage"):
-        chunks.append(USAGE_EVENT)
-    return MockReply(200, [*chunks, b"data: [DONE]\n\n"], content_type="text/event-stream")
-
-
 @pytest.fixture
 def upstreams() -> MockUpstreams:
-    return MockUpstreams(_answer)
+    """A vLLM that streams when asked (with its usage event when asked) and else answers whole."""
+    return MockUpstreams(MockEngine("hello", prompt_tokens=11, completion_tokens=7))
 
 
 @pytest.fixture

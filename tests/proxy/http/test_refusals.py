@@ -7,8 +7,8 @@ import typing
 import orjson
 import pytest
 
-from policies.admission.limits import RateLimits, Verdict
-from policies.admission.refusals import (
+from policies.admission.limits import RateLimits, Verdict, rate_limited
+from policies.refusals import (
     AdminOnly,
     InternalError,
     LimiterDown,
@@ -16,6 +16,7 @@ from policies.admission.refusals import (
     ProviderFailed,
     RateLimited,
     Refusal,
+    Rejection,
     RequestTimeout,
     Shed,
     ShuttingDown,
@@ -27,7 +28,6 @@ from policies.admission.refusals import (
     UnknownTenant,
     UpstreamFailed,
 )
-from policies.request.types import Rejection
 from proxy.wire.errors import openai_error
 
 EXAMPLES: list[tuple[Refusal, int, str | None]] = [
@@ -41,8 +41,8 @@ EXAMPLES: list[tuple[Refusal, int, str | None]] = [
     (UnknownTenant(None), 400, "missing_tenant"),
     (UnknownTenant("gamma"), 400, "unknown_tenant"),
     (ModelNotInPool("short", "gpt-9"), 400, "model_not_in_pool"),
-    (RateLimited(RateLimits(10, None), Verdict(False, 0, None, 2.5, 0.0), 100), 429, "rate_limit_exceeded"),
-    (RateLimited(RateLimits(None, 50), Verdict(False, None, 50, 0.0, 0.0, too_large=True), 80), 429,
+    (rate_limited(RateLimits(10, None), Verdict(False, 0, None, 2.5, 0.0), 100), 429, "rate_limit_exceeded"),
+    (rate_limited(RateLimits(None, 50), Verdict(False, None, 50, 0.0, 0.0, too_large=True), 80), 429,
      "rate_limit_exceeded"),
     (LimiterDown(0.2), 503, "rate_limiter_unavailable"),
     (StateUnavailable(2.0), 503, "response_store_unavailable"),
@@ -74,14 +74,14 @@ def test_each_refusal_is_an_openai_error_with_its_status_and_code(refusal: Refus
     body = orjson.loads(error.body())
     assert set(body["error"]) == {"message", "type", "param", "code"}
     assert body["error"]["message"] and body["error"]["type"]
-    too_large = isinstance(refusal, RateLimited) and refusal.verdict.too_large  # waiting would not help
+    too_large = isinstance(refusal, RateLimited) and refusal.too_large  # waiting would not help
     if status in (429, 503) and not too_large:
         headers = {name.lower(): value for name, value in error.headers.items()}
         assert int(headers["retry-after"]) >= 1  # clients back off instead of hammering
 
 
 def test_rate_limit_answers_say_which_limit_and_when_to_retry() -> None:
-    error = openai_error(RateLimited(RateLimits(10, 1000), Verdict(False, 0, 900, 2.5, 0.0), 100))
+    error = openai_error(rate_limited(RateLimits(10, 1000), Verdict(False, 0, 900, 2.5, 0.0), 100))
     assert error.type == "requests" and "limit 10" in error.message
     assert error.headers["Retry-After"] == "3" and error.headers["retry-after-ms"] == "2500"
     assert error.headers["x-ratelimit-remaining-requests"] == "0"

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.support.chat_body import chat_body
 from tests.support.clock import FakeClock
 from tests.support.in_memory import in_memory_gateway
 from tests.support.metrics_text import sample_sum
-from tests.support.mock_transport import MockReply, MockUpstreams, chat_completion
+from tests.support.mock_engine import MockEngine
+from tests.support.mock_transport import MockReply, MockUpstreams
 
 REPLICAS = [f"http://engine-{n}:8000/v1" for n in range(4)]
 ADMIN = {"Authorization": "Bearer admin-key-123"}
@@ -24,13 +26,8 @@ def _config(**auth: object) -> dict[str, object]:
 
 
 def _chat(app: int) -> dict[str, object]:
-    return {"model": "m", "max_tokens": 2, "messages": [
-        {"role": "system", "content": f"You are the assistant of app {app}. " + "Answer briefly. " * 40},
-        {"role": "user", "content": f"Question {app}?"}]}
-
-
-def _answer(url: str, body: bytes) -> MockReply:
-    return chat_completion()
+    return chat_body(f"You are the assistant of app {app}. " + "Answer briefly. " * 40, f"Question {app}?",
+                     max_tokens=2)
 
 
 def _served_by(upstreams: MockUpstreams) -> str:
@@ -39,7 +36,7 @@ def _served_by(upstreams: MockUpstreams) -> str:
 
 def test_each_request_goes_where_the_explanation_said_and_the_explanation_sends_and_counts_nothing(
         tmp_path: Path) -> None:
-    upstreams = MockUpstreams(_answer)
+    upstreams = MockUpstreams(MockEngine())
     with in_memory_gateway(_config(admin_key="admin-key-123"), upstreams, FakeClock(), tmp_path) as client:
         said, served = [], []
         for app in range(12):
@@ -65,7 +62,7 @@ def test_each_request_goes_where_the_explanation_said_and_the_explanation_sends_
 
 
 def test_the_explanation_is_the_admins_and_names_a_tenant_of_the_gateway(tmp_path: Path) -> None:
-    with in_memory_gateway(_config(admin_key="admin-key-123"), MockUpstreams(_answer), FakeClock(),
+    with in_memory_gateway(_config(admin_key="admin-key-123"), MockUpstreams(MockEngine()), FakeClock(),
                            tmp_path) as client:
         tenant_key = {"Authorization": f"Bearer {KEYS['alpha']}", "x-prefixgate-tenant": "alpha"}
         refused = client.post(EXPLAIN, json=_chat(1), headers=tenant_key)
@@ -99,7 +96,7 @@ def test_an_open_gateway_explains_for_its_one_tenant_and_says_when_no_replica_is
 
 
 def test_completions_are_explained_too(tmp_path: Path) -> None:
-    upstreams = MockUpstreams(lambda url, body: MockReply.json({"choices": [{"text": "x"}]}))
+    upstreams = MockUpstreams(MockEngine())
     body = {"model": "m", "prompt": "Once upon a time", "max_tokens": 2}
     with in_memory_gateway(_config(admin_key="admin-key-123"), upstreams, FakeClock(), tmp_path) as client:
         said = client.post("/admin/route/v1/completions", json=body,

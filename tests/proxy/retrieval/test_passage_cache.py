@@ -8,6 +8,7 @@ from typing import Any
 
 from policies.retrieval.evidence import Chunk, Passage
 from proxy.caches.tiered import TieredCache
+from proxy.clock import SYSTEM_CLOCK
 from proxy.config.retrieval import TenantRetrieval
 from proxy.observability.metrics import Metrics
 from proxy.retrieval.embeddings import VectorCache
@@ -42,7 +43,7 @@ class StubStore:
 
 def retriever(store: StubStore, embedder: CountingEmbedder | None = None) -> Retriever:
     return Retriever(embedder or CountingEmbedder(), store, max_batch=8, max_wait=0,  # type: ignore[arg-type]
-                     cache=RetrievalCache(ttl=60, empty_ttl=5))
+                     cache=RetrievalCache(ttl=60, empty_ttl=5, store=TieredCache(clock=SYSTEM_CLOCK)))
 
 
 def test_a_repeated_question_is_served_from_the_cache_even_reworded_in_case_and_spacing() -> None:
@@ -95,7 +96,8 @@ def test_a_question_asked_again_after_an_ingest_is_searched_again_but_not_embedd
         embedder = CountingEmbedder()
         metrics = Metrics()
         cached = Retriever(embedder, store, max_batch=8, max_wait=0, metrics=metrics,  # type: ignore[arg-type]
-                           cache=RetrievalCache(ttl=60, empty_ttl=5), vector_cache=VectorCache(16))
+                           cache=RetrievalCache(ttl=60, empty_ttl=5, store=TieredCache(clock=SYSTEM_CLOCK)),
+                           vector_cache=VectorCache(16))
         first = await cached.retrieve("acme", SETTINGS, "What is covered?")
         store.current[("docs", "acme")] = "7"
         await cached.refresh_versions()
@@ -139,7 +141,8 @@ def test_empty_results_live_shorter_and_every_ttl_is_jittered() -> None:
             ttls.append(ttl)
 
     async def run() -> None:
-        cache = RetrievalCache(ttl=300, empty_ttl=30, jitter=0.1, rng=random.Random(3), store=Recording())
+        cache = RetrievalCache(ttl=300, empty_ttl=30, jitter=0.1, rng=random.Random(3),
+                               store=Recording(clock=SYSTEM_CLOCK))
         passage = Passage("d", 0, 0, "text", 0.5, "", 1)
         for _ in range(20):
             await cache.put("k", (passage,))

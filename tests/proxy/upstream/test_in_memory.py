@@ -10,7 +10,8 @@ import pytest
 from proxy.transports.base import UpstreamUnreachable
 from tests.support.clock import FakeClock
 from tests.support.in_memory import in_memory_gateway
-from tests.support.mock_transport import MockReply, MockUpstreams, chat_completion
+from tests.support.mock_engine import chat_completion
+from tests.support.mock_transport import MockReply, MockUpstreams
 
 A, B = "http://a:8000/v1", "http://b:8000/v1"
 CHAT = {"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "hello"}]}

@@ -23,25 +23,14 @@ from tests.support.clock import FakeClock
 from tests.support.configs import pool
 from tests.support.in_memory import in_memory_gateway
 from tests.support.metrics_text import sample_sum
-from tests.support.mock_transport import MockReply, MockUpstreams, chat_completion
+from tests.support.mock_engine import MockEngine
+from tests.support.mock_transport import MockUpstreams
 
 BLOCK = 16
 QUIET = {"health": {"interval": 0}, "engine_metrics": {"interval": 0}}  # no checks or readings of their own
 SYSTEM = " ".join(["You answer questions about orders, refunds and invoices, politely and briefly."] * 6)
 BODY = {"model": "m", "max_tokens": 8,
         "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Where is my order?"}]}
-
-
-def _answer(url: str, body: bytes) -> MockReply:
-    """Whole answers, streams of one content event; ``/kv_event_sources`` names none (the test feeds the index)."""
-    if not body:
-        return MockReply(404)
-    if not orjson.loads(body).get("stream"):
-        return chat_completion()
-    event = {"id": "c", "object": "chat.completion.chunk", "model": "m",
-             "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
-    return MockReply(200, [b"data: " + orjson.dumps(event) + b"\n\n", b"data: [DONE]\n\n"],
-                     content_type="text/event-stream")
 
 
 @contextmanager
@@ -95,7 +84,7 @@ def test_a_request_that_overflows_goes_to_the_replica_of_the_overflow_pool_that_
     config = {"pools": [pool("local", *local, models=["m"], max_in_flight=1, queue_size=0, overflow_to="big", **kv),
                         pool("big", *big, models=["big-model"], **kv)],
               "prompt": {"cache_salt": "off"}}  # blocks as the engines would hash them: no salt to mix in
-    upstreams = MockUpstreams(_answer)
+    upstreams = MockUpstreams(MockEngine())  # its 404 to /kv_event_sources names none: the test feeds the index
     with in_memory_gateway(config, upstreams, FakeClock(), tmp_path) as client:
         pools = _pools(client)
         assert _holds(pools["local"], first - 1, BODY) > 0 and _holds(pools["big"], 0, BODY) > 0
@@ -115,7 +104,7 @@ def _capped(tmp_path: Path, action: str) -> tuple[MockUpstreams, Any, Any]:
                              overflow_to="big", **QUIET),
                         pool("big", "http://b:8000/v1", models=["big-model"], max_tokens_limit=4, **QUIET)],
               "limits": {"max_tokens_action": action}}
-    upstreams = MockUpstreams(_answer)
+    upstreams = MockUpstreams(MockEngine())
     with in_memory_gateway(config, upstreams, FakeClock(), tmp_path) as client:
         with _saturated(client, 1):
             shed = client.post("/v1/chat/completions", json=BODY)
@@ -148,7 +137,7 @@ def test_an_answer_clamped_by_the_overflow_pool_is_not_replayed_for_the_request_
                         pool("big", "http://b:8000/v1", models=["big-model"], max_tokens_limit=4, **QUIET)],
               "tenants": {OPEN_TENANT: {"answer_cache": {"ttl_s": 600}}}}
     exact = {**BODY, "temperature": 0}
-    upstreams = MockUpstreams(_answer)
+    upstreams = MockUpstreams(MockEngine())
     with in_memory_gateway(config, upstreams, FakeClock(), tmp_path) as client:
         with _saturated(client, 1):
             clamped = client.post("/v1/chat/completions", json=exact)
@@ -168,7 +157,7 @@ def test_a_responses_request_is_not_overflowed_to_a_pool_that_does_not_serve_the
                              overflow_to="hosted", **QUIET),
                         {"name": "hosted", "kind": "litellm", "models": ["m"], "litellm_model": "openai/m",
                          "api_base": "http://127.0.0.1:9/v1", "api_key": "unused"}]}
-    upstreams = MockUpstreams(_answer)
+    upstreams = MockUpstreams(MockEngine())
     with in_memory_gateway(config, upstreams, FakeClock(), tmp_path) as client:
         with _saturated(client, 1):
             shed = client.post("/v1/responses", json={"model": "m", "input": "Where is my order?"})

@@ -10,7 +10,8 @@ from proxy.config.pools import PoolConfig, pool_kinds
 from proxy.upstream.pools import POOL_KINDS, Upstreams
 from tests.support.clock import FakeClock
 from tests.support.configs import make_config, pool
-from tests.support.mock_transport import MockUpstreams, chat_completion
+from tests.support.mock_engine import chat_completion
+from tests.support.mock_transport import MockUpstreams
 
 HOSTED = {"name": "hosted", "kind": "litellm", "models": ["big"], "litellm_model": "openai/big", "api_key": "sk-p"}
 

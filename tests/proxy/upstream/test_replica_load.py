@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from policies.routing.health import EjectionRules
+from proxy.clock import SYSTEM_CLOCK
 from proxy.config.upstream import EngineMetrics
 from proxy.engine.tiny_model import ensure_tiny_model
 from proxy.upstream.placement import Placement
@@ -172,7 +173,8 @@ class _RaceTransport:
 
 def test_a_request_of_its_own_that_came_and_went_during_a_reading_is_not_anothers() -> None:
     transport = _RaceTransport()
-    replica = Replica("http://127.0.0.1:9/v1", transport, "/health", EjectionRules(), "p")  # type: ignore[arg-type]
+    replica = Replica("http://127.0.0.1:9/v1", transport, "/health", EjectionRules(), "p",  # type: ignore[arg-type]
+                      SYSTEM_CLOCK)
     transport.replica = replica
     for _ in range(2):  # two readings: the others' load counted is what both saw
         assert asyncio.run(read_replica(replica, EngineMetrics(interval=1))) is True
@@ -199,7 +201,8 @@ def test_gateways_read_an_engine_on_the_same_instants_of_the_wall_clock() -> Non
 
         pauses[started] = []
         transport = _RaceTransport()
-        replica = Replica("http://127.0.0.1:9/v1", transport, "/health", EjectionRules(), "p")  # type: ignore[arg-type]
+        replica = Replica("http://127.0.0.1:9/v1", transport, "/health", EjectionRules(), "p",  # type: ignore[arg-type]
+                          SYSTEM_CLOCK)
         transport.replica = replica
         with pytest.raises(_Stop):
             asyncio.run(poll_replica(replica, EngineMetrics(interval=0.5), wall=wall, sleep=sleep))

@@ -3,34 +3,44 @@
 Each kind of refusal is its own type, so the code that acts on one (overflow to another pool on a
 ``Shed``, the passages answer when no replica is healthy) tests the type rather than matching an
 error code's string. Policies return them; the shell raises them inside ``Refused``; exactly one
-function, ``openai_error`` in the HTTP layer, turns each into the status, message, type, code and
-headers an OpenAI client expects.
+function, ``openai_error`` (``proxy.wire.errors``), turns each into the status, message, type, code and
+headers an OpenAI client expects. The module sits at the bottom of ``policies/``, below ``request``, so
+every policy package may return one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Literal
 
-from policies.admission.limits import RateLimits, Verdict
-from policies.request.types import Rejection
+from policies.vocabulary import Vocabulary
 
-# Why a pool sheds a request: the ``reason`` of ``Shed``, its 503's error code, and the ``reason`` label of
-# prefixgate_shed_total. The one list of them: the metric's help and docs/configuration.md are written from it,
-# and ``ShedReason`` must name the same words.
-SHED_REASONS: Mapping[str, str] = MappingProxyType({
-    "queue_full": "the pool's wait queue (queue_size) is full",
-    "queue_share_exceeded": "the tenant already holds its share of the wait queue, or its newest waiter gave its "
-                            "place to a tenant under its share",
-    "queue_timeout": "no slot came free within the pool's queue_timeout",
-    "no_healthy_upstream": "every replica of the pool is ejected",
-})
-ShedReason = Literal["queue_full", "queue_share_exceeded", "queue_timeout", "no_healthy_upstream"]
+
+class ShedReason(Vocabulary):
+    """Why a pool sheds a request: the ``reason`` of ``Shed``, its 503's error code, and the ``reason`` label of
+    prefixgate_shed_total. The metric's help and docs/configuration.md are written from it."""
+
+    QUEUE_FULL = "queue_full", "the pool's wait queue (queue_size) is full"
+    QUEUE_SHARE_EXCEEDED = "queue_share_exceeded", ("the tenant already holds its share of the wait queue, or its "
+                                                    "newest waiter gave its place to a tenant under its share")
+    QUEUE_TIMEOUT = "queue_timeout", "no slot came free within the pool's queue_timeout"
+    NO_HEALTHY_UPSTREAM = "no_healthy_upstream", "every replica of the pool is ejected"
+
+
 # prefixgate_shed_total's reason for a request shed and then taken by the pool's overflow_to: the reason, then this
 OVERFLOWED = "_overflowed"
 UpstreamFailure = Literal["timeout", "unreachable", "broken"]
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A decision to refuse a request, carried up to the HTTP layer as an OpenAI-shaped error."""
+
+    status: int
+    message: str
+    param: str | None = None
+    code: str | None = None
+    type: str = "invalid_request_error"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,18 +86,30 @@ class ModelNotInPool:
 
 
 @dataclass(frozen=True, slots=True)
-class RateLimited:
-    """Over the tenant's requests or tokens per minute (the ``verdict``); ``tokens``: what the request
-    would have counted, prompt plus reserved output."""
+class LimitState:
+    """One of a tenant's rate limits as it stands after a request (``policies.admission.limits.limit_states``):
+    what OpenAI's ``x-ratelimit-*`` headers report on every answer of a limited tenant, and its 429s."""
 
-    limits: RateLimits
-    verdict: Verdict
+    unit: Literal["requests", "tokens"]
+    limit: int  # per minute
+    remaining: int | None  # left after this request
+    reset: float  # seconds until it has room for this request (0: it has now)
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimited:
+    """Over the tenant's requests or tokens per minute: each of its ``limits`` as it stands (requests first);
+    ``tokens``: what the request would have counted, prompt plus reserved output; ``too_large``: those tokens
+    alone exceed the tokens limit, so waiting cannot help."""
+
+    limits: tuple[LimitState, ...]
     tokens: int
+    too_large: bool = False
 
     @property
-    def which(self) -> Literal["requests", "tokens"]:
-        """The limit that refused it: the one that frees up last."""
-        return "requests" if self.verdict.reset_requests >= self.verdict.reset_tokens else "tokens"
+    def refusing(self) -> LimitState:
+        """The limit that refused it: the one that frees up last (of two as late, requests)."""
+        return max(self.limits, key=lambda state: state.reset)
 
 
 @dataclass(frozen=True, slots=True)
