@@ -34,7 +34,7 @@ writes the JSON (closed-loop requests/s too) to --baseline-result and leaves doc
 defaults, 3 rounds take about 35 minutes.
 
     python tests/bench/overhead.py [--seconds 8] [--clients aiohttp] [--out docs/benchmarks.md]
-    python tests/bench/overhead.py --baseline 9207dfb --rounds 3 [--clients aiohttp] \
+    python tests/bench/overhead.py --baseline 9207dfb --rounds 3 [--clients aiohttp] [--open-only] \
         [--baseline-result bench-out/overhead_baseline.json]
 """
 
@@ -325,6 +325,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"), help="not written with --baseline")
     parser.add_argument("--baseline", metavar="REV",
                         help="also measure a gateway from this git revision (e.g. 9207dfb) and compare")
+    parser.add_argument("--open-only", action="store_true",
+                        help="only the open-loop cells (a light-load comparison needs many rounds of those alone)")
     parser.add_argument("--baseline-result", default=str(ROOT / "bench-out" / "overhead_baseline.json"),
                         help="where --baseline writes the comparison's JSON")
     args = parser.parse_args()
@@ -380,7 +382,7 @@ def main() -> None:
             return through[::-1] if args.baseline and round_index % 2 else through
 
         open_rows = measure_open_cells(args, levels, delays, [direct, hop], order)
-        closed_rows = measure_closed_cells(args, delays, script, direct, order)
+        closed_rows = [] if args.open_only else measure_closed_cells(args, delays, script, direct, order)
     idle = {t.name: t.idle for t in (hop, *through)}
     if args.baseline:
         write_comparison(Path(args.baseline_result), open_rows, closed_rows, args, idle, current, baseline)
