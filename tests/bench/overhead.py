@@ -34,7 +34,7 @@ writes the JSON (closed-loop requests/s too) to --baseline-result and leaves doc
 defaults, 3 rounds take about 35 minutes.
 
     python tests/bench/overhead.py [--seconds 8] [--clients aiohttp] [--out docs/benchmarks.md]
-    python tests/bench/overhead.py --baseline 9207dfb --rounds 3 [--clients aiohttp] [--open-only] \
+    python tests/bench/overhead.py --baseline 9207dfb --rounds 3 [--clients aiohttp] [--open-only] [--idle-each-round] \
         [--baseline-result bench-out/overhead_baseline.json]
 """
 
@@ -325,6 +325,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"), help="not written with --baseline")
     parser.add_argument("--baseline", metavar="REV",
                         help="also measure a gateway from this git revision (e.g. 9207dfb) and compare")
+    parser.add_argument("--idle-each-round", action="store_true",
+                        help="read each gateway's idle CPU again before each open-loop round (at light load the idle "
+                             "rate taken off is a large part of a request's CPU, and it drifts)")
     parser.add_argument("--open-only", action="store_true",
                         help="only the open-loop cells (a light-load comparison needs many rounds of those alone)")
     parser.add_argument("--baseline-result", default=str(ROOT / "bench-out" / "overhead_baseline.json"),
@@ -402,11 +405,22 @@ def measure_open_cells(args: argparse.Namespace, levels: list[int], delays: list
                 row = {"phase": f"paced {delay:g} ms", "stream": stream, "concurrency": concurrency,
                        "rate": rate, "answer_ms": args.tokens * delay, "rounds": []}
                 for index in range(args.rounds):
+                    if args.idle_each_round:
+                        reread_idle(order(index))
                     row["rounds"].append({target.name: measure_open(target, payload, rate, args.seconds)
                                           for target in (*first, *order(index))})
                 rows.append(row)
                 print(format_open(row), flush=True)
     return rows
+
+
+def reread_idle(targets: list[Target]) -> None:
+    """Each gateway's idle CPU read again now (after a second's pause for the last load's tail), and printed."""
+    time.sleep(1.0)
+    for target in targets:
+        if target.pid:
+            target.idle = idle_cpu_rate(target.pid, 3.0)
+    print("idle CPU " + ", ".join(f"{t.name} {t.idle * 1000:.2f} ms/s" for t in targets), flush=True)
 
 
 def measure_closed_cells(args: argparse.Namespace, delays: list[float], script: Path, direct: Target,
