@@ -13,7 +13,8 @@ class TenantKey(_Frozen):
     tenant: str = Field(min_length=1)
     """the tenant this key authenticates as"""
     key: str | None = Field(None, min_length=8, repr=False)
-    """the secret clients send as `Authorization: Bearer <key>`, at least 8 characters"""
+    """the secret clients send as `Authorization: Bearer <key>` or as `x-api-key: <key>` (as Anthropic's clients
+    do), at least 8 characters"""
     key_env: str | None = None
     """the environment variable that holds the secret instead (keeps it out of the file); exactly one of `key` and
     `key_env`"""

@@ -14,6 +14,7 @@ from starlette.responses import Response
 from policies.prompt.responses import response_not_found
 from policies.refusals import Refused
 from proxy.gateway import Gateway
+from proxy.wire.headers import request_authorization
 
 
 def _json(payload: object) -> Response:
@@ -22,7 +23,7 @@ def _json(payload: object) -> Response:
 
 async def get_response(request: Request) -> Response:
     gateway: Gateway = request.state.gateway
-    tenant = gateway.keys.tenant_for(request.headers.get("authorization"))
+    tenant = gateway.keys.tenant_for(request_authorization(request.headers))
     response_id = request.path_params["response_id"]
     stored = await gateway.responses.get(tenant, response_id)
     if stored is None:
@@ -32,7 +33,7 @@ async def get_response(request: Request) -> Response:
 
 async def delete_response(request: Request) -> Response:
     gateway: Gateway = request.state.gateway
-    tenant = gateway.keys.tenant_for(request.headers.get("authorization"))
+    tenant = gateway.keys.tenant_for(request_authorization(request.headers))
     response_id = request.path_params["response_id"]
     if not await gateway.responses.delete(tenant, response_id):
         raise Refused(response_not_found(response_id))

@@ -35,7 +35,7 @@ from proxy.http.preparation import Preparation
 from proxy.observability.request_record import RequestRecord
 from proxy.upstream.pool import Pool
 from proxy.wire import headers as x_prefixgate
-from proxy.wire.headers import RequestHeaders
+from proxy.wire.headers import RequestHeaders, request_authorization
 
 
 def _tenant(gateway: Gateway, request: Request) -> TenantPolicy:
@@ -82,7 +82,7 @@ def route_explainer(dialect: Dialect) -> Any:
 
     async def explain(request: Request) -> Response:
         gateway: Gateway = request.state.gateway
-        if not gateway.keys.is_admin(request.headers.get("authorization")):
+        if not gateway.keys.is_admin(request_authorization(request.headers)):
             raise Refused(AdminOnly(request.url.path))
         tenant = _tenant(gateway, request)
         record = RequestRecord(gateway.metrics, None, dialect.upstream_path, counted=False)

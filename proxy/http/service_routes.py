@@ -13,6 +13,7 @@ from starlette.responses import Response
 from policies.refusals import AdminOnly, Refused
 from proxy.gateway import Gateway
 from proxy.http.openapi_document import openapi_document
+from proxy.wire.headers import request_authorization
 
 
 def _json(payload: object, status: int = 200) -> Response:
@@ -21,7 +22,7 @@ def _json(payload: object, status: int = 200) -> Response:
 
 async def models(request: Request) -> Response:
     gateway: Gateway = request.state.gateway
-    gateway.keys.tenant_for(request.headers.get("authorization"))
+    gateway.keys.tenant_for(request_authorization(request.headers))
     cards = await gateway.upstreams.list_models()
     created = int(time.time())
     # vLLM's `root` is the model's path on the engine's disk: no client's business. It becomes the id.
@@ -39,14 +40,14 @@ async def ready(request: Request) -> Response:
     replicas = await gateway.upstreams.readiness()
     is_ready = any(replicas.values())
     status: dict[str, object] = {"status": "ready" if is_ready else "unavailable"}
-    if gateway.keys.is_admin(request.headers.get("authorization")):  # replica addresses are the operator's
+    if gateway.keys.is_admin(request_authorization(request.headers)):  # replica addresses are the operator's
         status["replicas"] = replicas
     return _json(status, 200 if is_ready else 503)
 
 
 async def metrics(request: Request) -> Response:
     gateway: Gateway = request.state.gateway
-    if not gateway.keys.is_admin(request.headers.get("authorization")):
+    if not gateway.keys.is_admin(request_authorization(request.headers)):
         raise Refused(AdminOnly("/metrics"))
     return Response(gateway.metrics.render(), media_type=gateway.metrics.content_type)
 

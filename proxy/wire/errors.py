@@ -36,7 +36,7 @@ from policies.refusals import (
     UnknownTenant,
     UpstreamFailed,
 )
-from proxy.wire.headers import POOL, TENANT, ratelimit_headers, reset_text
+from proxy.wire.headers import API_KEY_NAME, POOL, TENANT, ratelimit_headers, reset_text
 
 POOL_PARAM, TENANT_PARAM = POOL.decode(), TENANT.decode()  # the header an error's ``param`` names
 
@@ -118,8 +118,8 @@ def openai_error(refusal: Refusal) -> OpenAIError:
         case Rejection(status, message, param, code, type_):
             return OpenAIError(status, message, type=type_, param=param, code=code)
         case Unauthorized("missing"):
-            return OpenAIError(401, "Missing API key. Send it as 'Authorization: Bearer <key>'.",
-                               code="missing_api_key")
+            return OpenAIError(401, "Missing API key. Send it as 'Authorization: Bearer <key>' or "
+                                    f"'{API_KEY_NAME}: <key>'.", code="missing_api_key")
         case Unauthorized("malformed"):
             return OpenAIError(401, "Malformed Authorization header; expected 'Bearer <key>'.", code="invalid_api_key")
         case Unauthorized():

@@ -6,7 +6,7 @@ answer carries of prefixgate's own, each step reporting what it learned by name.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from starlette.types import Scope
@@ -14,6 +14,8 @@ from starlette.types import Scope
 from policies.refusals import LimitState
 
 # From clients.
+API_KEY = b"x-api-key"  # Anthropic's clients send their key here rather than as Authorization: Bearer
+API_KEY_NAME = API_KEY.decode()
 RETRIEVAL = b"x-prefixgate-retrieval"  # "off": this request goes without added context
 POOL = b"x-prefixgate-pool"  # the pool to use; in answers: the pool that took it
 TENANT = b"x-prefixgate-tenant"  # the admin's route explain: whose request this is
@@ -33,29 +35,44 @@ RATELIMIT: dict[str, tuple[bytes, bytes, bytes]] = {
 }
 
 
+def authorization_of(authorization: str | None, api_key: str | None) -> str | None:
+    """The request's key as an ``Authorization`` value: that header where sent, else ``x-api-key`` as a bearer key,
+    so a key finds its tenant however the client sends it."""
+    if authorization is None and api_key is not None:
+        return "Bearer " + api_key.strip()
+    return authorization
+
+
+def request_authorization(headers: Mapping[str, str]) -> str | None:
+    """``authorization_of`` a Starlette request's headers (the light routes)."""
+    return authorization_of(headers.get("authorization"), headers.get(API_KEY_NAME))
+
+
 @dataclass(slots=True)
 class RequestHeaders:
     """The request headers the gateway reads, from the raw ASGI header list in one pass."""
 
-    authorization: str | None = None
+    authorization: str | None = None  # or x-api-key's key, as ``authorization_of`` writes it
     length: bytes | None = None
     retrieval: bool = True  # not turned off by x-prefixgate-retrieval
     pool: str | None = None  # the pool x-prefixgate-pool names
 
     @classmethod
     def of(cls, scope: Scope) -> RequestHeaders:
-        authorization = length = pool = None
+        authorization = api_key = length = pool = None
         retrieval = True
         for name, value in scope["headers"]:
             if name == b"authorization":
                 authorization = value.decode("latin-1")
+            elif name == API_KEY:
+                api_key = value.decode("latin-1")
             elif name == b"content-length":
                 length = value
             elif name == RETRIEVAL:
                 retrieval = value.strip().lower() != b"off"
             elif name == POOL:
                 pool = value.decode("latin-1").strip()
-        return cls(authorization, length, retrieval, pool)
+        return cls(authorization_of(authorization, api_key), length, retrieval, pool)
 
 
 class ResponseHeaders(list[tuple[bytes, bytes]]):

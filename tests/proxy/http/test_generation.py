@@ -118,6 +118,20 @@ def test_a_refused_request_gets_an_openai_error_and_never_reaches_the_upstream(
     assert upstreams.posts() == []
 
 
+def test_a_key_sent_as_x_api_key_finds_its_tenant_as_a_bearer_key_does(client: TestClient) -> None:
+    """Anthropic's clients send their key as ``x-api-key``: it finds the same tenant (acme stores deterministic
+    answers, globex does not) on the generation and the light routes; ``Authorization`` wins where both come."""
+    as_header = _chat(client, None, {"x-api-key": ACME}, temperature=0)
+    assert as_header.status_code == 200 and as_header.headers["x-prefixgate-answer-cache"] == "miss"
+    both = _chat(client, GLOBEX, {"x-api-key": ACME}, temperature=0)
+    assert both.status_code == 200 and "x-prefixgate-answer-cache" not in both.headers
+    wrong = _chat(client, None, {"x-api-key": "sk-nobody-0123456789"})
+    assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
+    assert client.get("/v1/models", headers={"x-api-key": GLOBEX}).status_code == 200
+    missing = client.get("/v1/models")
+    assert missing.status_code == 401 and "x-api-key" in missing.json()["error"]["message"]
+
+
 def test_an_exact_deterministic_repeat_is_answered_from_the_answer_cache(client: TestClient, clock: FakeClock,
                                                                          upstreams: MockUpstreams) -> None:
     first = _chat(client, temperature=0)
