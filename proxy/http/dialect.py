@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from policies.prompt.prompt import rewrite_chat
+from policies.prompt.prompt import Rewrite, rewrite_chat
 from policies.prompt.stable_prefix import chat_pieces, completion_pieces
 from policies.request.types import Endpoint, RequestView
 from policies.routing.continuation import continuable
@@ -55,10 +55,7 @@ class Dialect:
         ``retrieve``), its pieces rendered; returns the volatile spans moved."""
         rewrite = rewrite_chat(prompt.received, tenant.prompt)
         prompt.canonical = rewrite.body if rewrite.changed else None
-        record.stage("canonicalize", since)
-        if record.entry is not None:
-            record.note(relocated=rewrite.moved)
-        report.prompt_rewrite(rewrite.detected, rewrite.moved, rewrite.templated)
+        rewritten(rewrite, report, record, since)
         settings = tenant.retrieval
         if settings is not None and retrieve and gateway.retriever is not None:
             retrieved, evidence = await add_context(gateway.retriever, tenant.name, settings, prompt.body, report,
@@ -84,6 +81,14 @@ class Dialect:
     def placed(self, prompt: Prompt, sent: dict[str, Any]) -> dict[str, Any]:
         """The body whose prompt a pool places among its replicas: the one sent."""
         return sent
+
+
+def rewritten(rewrite: Rewrite, report: ResponseHeaders, record: RequestRecord, since: float) -> None:
+    """What a prompt's rewrite leaves behind: its stage time, the spans it moved in the access log, its headers."""
+    record.stage("canonicalize", since)
+    if record.entry is not None:
+        record.note(relocated=rewrite.moved)
+    report.prompt_rewrite(rewrite.detected, rewrite.moved, rewrite.templated)
 
 
 class Completions(Dialect):

@@ -28,7 +28,7 @@ from proxy.auth.tenants import TenantPolicy
 from proxy.calls.answer_tap import AnswerTap
 from proxy.conversations.answer import ResponsesAnswer
 from proxy.gateway import Gateway
-from proxy.http.dialect import Dialect
+from proxy.http.dialect import Dialect, rewritten
 from proxy.http.prompt import Prompt
 from proxy.observability.request_record import RequestRecord
 from proxy.retrieval.context import add_context
@@ -81,10 +81,7 @@ class Responses(Dialect):
         rewrite = rewrite_responses(prompt.body, tenant.prompt, prompt.history)
         if rewrite.changed:
             prompt.canonical = rewrite.body
-        record.stage("canonicalize", since)
-        if record.entry is not None:
-            record.note(relocated=rewrite.moved)
-        report.prompt_rewrite(rewrite.detected, rewrite.moved, rewrite.templated)
+        rewritten(rewrite, report, record, since)
         settings = tenant.retrieval
         if settings is not None and retrieve and gateway.retriever is not None:
             turn, evidence = await add_context(gateway.retriever, tenant.name, settings,
