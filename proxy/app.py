@@ -21,6 +21,7 @@ from proxy.http import responses_routes as stored
 from proxy.http import service_routes as routes
 from proxy.http.dialect import CHAT, COMPLETIONS, EMBEDDINGS
 from proxy.http.generation import GenerationRoute
+from proxy.http.messages_dialect import COUNT_TOKENS, MESSAGES
 from proxy.http.responses_dialect import RESPONSES
 from proxy.http.route_explain import route_explainer
 from proxy.observability.metrics import Metrics
@@ -69,6 +70,8 @@ def create_app(config: Config, *, open_store: StoreOpener | None = None, transpo
         "/v1/completions": GenerationRoute(COMPLETIONS),
         "/v1/embeddings": GenerationRoute(EMBEDDINGS),
         "/v1/responses": GenerationRoute(RESPONSES),
+        "/v1/messages": GenerationRoute(MESSAGES),
+        "/v1/messages/count_tokens": GenerationRoute(COUNT_TOKENS),
     }
 
     @asynccontextmanager

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 CHAT_USAGE = (b'"prompt_tokens":', b'"completion_tokens":')
 RESPONSES_USAGE = (b'"input_tokens":', b'"output_tokens":')  # the Responses API's names for them
+# The Messages API counts a prompt's cached tokens apart from its input tokens: the prompt is their sum.
+_CACHE_READ, _CACHE_CREATED = b'"cache_read_input_tokens":', b'"cache_creation_input_tokens":'
 _EVENT = b"data: {"
 _NO_CHOICES = b'"choices":[]'
 _USAGE = b'"usage":'
@@ -38,6 +40,16 @@ def usage_in(data: bytes, fields: tuple[bytes, bytes] = CHAT_USAGE) -> tuple[int
     """(prompt, completion) tokens of the last usage object in ``data``, where present; ``fields``:
     their names (chat's and completions', or ``RESPONSES_USAGE``)."""
     return _int_after(data, fields[0]), _int_after(data, fields[1])
+
+
+def messages_usage(data: bytes) -> tuple[int | None, int | None]:
+    """(prompt, completion) tokens of the last usage object of a Messages answer in ``data``: the prompt is
+    ``input_tokens`` plus the cached ones Anthropic's usage counts apart (``cache_read_input_tokens``,
+    ``cache_creation_input_tokens``)."""
+    prompt, completion = usage_in(data, RESPONSES_USAGE)
+    if prompt is not None:
+        prompt += (_int_after(data, _CACHE_READ) or 0) + (_int_after(data, _CACHE_CREATED) or 0)
+    return prompt, completion
 
 
 def stream_events(chunk: bytes) -> int:

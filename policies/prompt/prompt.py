@@ -15,8 +15,9 @@ Pure: a request body in, a new body out; the input is never mutated.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from policies.prompt.canonical import canonical_line, sorted_tools
@@ -34,6 +35,9 @@ _BULLETS = " \t-*#>•"
 _LINE_END_PUNCTUATION = " \t\r.;,。"
 _BRACKETS = {"[": "]", "(": ")", "<": ">", "{": "}"}
 _BLANK_RUNS = re.compile(r"\n{3,}")
+# Context an agent's harness puts in a user turn (Claude Code's reminders, Codex's environment): the harness's
+# text, not the user's, read for volatile spans as system text is (the date, the working directory's state).
+HARNESS_BLOCKS = (("<system-reminder>", "</system-reminder>"), ("<environment_context>", "</environment_context>"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +178,27 @@ def _map_text(content: Any, change: Any) -> Any:
     return content
 
 
+def _has_harness_block(content: Any) -> bool:
+    if isinstance(content, str):
+        return content.startswith(_HARNESS_OPENINGS)
+    if isinstance(content, list):
+        return any(is_text_part(part) and part["text"].startswith(_HARNESS_OPENINGS) for part in content)
+    return False
+
+
+_HARNESS_OPENINGS = tuple(opening for opening, _ in HARNESS_BLOCKS)
+
+
+def _in_harness_block(change: Callable[[str], str], text: str) -> str:
+    """``change`` applied to a harness block that opens ``text`` (to its closing tag), the rest as it was."""
+    for opening, closing in HARNESS_BLOCKS:
+        if text.startswith(opening):
+            end = text.find(closing)
+            end = len(text) if end < 0 else end + len(closing)
+            return change(text[:end]) + text[end:]
+    return text
+
+
 def _is_note(message: dict[str, Any]) -> bool:
     content = message.get("content")
     return isinstance(content, str) and content.startswith(NOTE_HEADER)
@@ -204,6 +229,8 @@ def rewrite_chat(body: dict[str, Any], policy: PromptPolicy) -> Rewrite:
             change = mover.system
         elif policy.scope == "history" and role in _HISTORY_ROLES and (tail is None or index < tail):
             change = mover.raw
+        elif role == "user" and _has_harness_block(message.get("content")):
+            change = partial(_in_harness_block, mover.raw)
         else:
             continue
         content = message.get("content")

@@ -33,6 +33,8 @@ def check_input_limits(endpoint: Endpoint, raw: bytes, body: Any, limits: InputL
         return None  # validation names what is wrong with it
     if endpoint == "chat":
         return _check_messages(body.get("messages"), limits)
+    if endpoint in ("messages", "count_tokens"):
+        return _check_system(body.get("system"), limits) or _check_messages(body.get("messages"), limits)
     if endpoint == "responses":
         return _check_responses(body, limits)
     field = "prompt" if endpoint == "completions" else "input"
@@ -65,6 +67,12 @@ def _check_messages(messages: Any, limits: InputLimits) -> Rejection | None:
             if size > limits.max_content_chars:
                 return _too_long(f"messages[{index}].content", size, limits)
     return None
+
+
+def _check_system(system: Any, limits: InputLimits) -> Rejection | None:
+    """The Messages API's ``system`` (a string or text blocks), by a message's measure."""
+    size = _text_chars(system)
+    return _too_long("system", size, limits) if size > limits.max_content_chars else None
 
 
 def _check_prompts(field: str, value: Any, limits: InputLimits) -> Rejection | None:

@@ -6,19 +6,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Endpoint = Literal["chat", "completions", "embeddings", "responses"]
+Endpoint = Literal["chat", "completions", "embeddings", "responses", "messages", "count_tokens"]
 
 # The fields that cap an answer's length, as each API's engine reads them: chat's newer name first (vLLM
-# reads both), completions' one, the Responses API's one. The field follows the endpoint, never the body: a
-# chat body with a stray ``max_output_tokens`` (or ``input``) names no cap the engine reads.
+# reads both), completions' one, the Responses API's one, the Messages API's one (count_tokens: none). The
+# field follows the endpoint, never the body: a chat body with a stray ``max_output_tokens`` (or ``input``)
+# names no cap the engine reads.
 OUTPUT_FIELDS: dict[Endpoint, tuple[str, ...]] = {
     "chat": ("max_completion_tokens", "max_tokens"),
     "completions": ("max_tokens",),
     "responses": ("max_output_tokens",),
+    "messages": ("max_tokens",),
     "embeddings": (),
+    "count_tokens": (),
 }
 PROMPT_FIELDS: dict[Endpoint, str] = {"chat": "messages", "completions": "prompt", "responses": "input",
-                                      "embeddings": "input"}
+                                      "embeddings": "input", "messages": "messages", "count_tokens": "messages"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from policies.request.field_checks import (
     typed_objects,
     wrong_type,
 )
+from policies.request.message_fields import COUNT_TOKENS_FIELDS, MESSAGES_FIELDS
 from policies.request.response_fields import RESPONSES_FIELDS
 from policies.request.types import Endpoint, RequestView
 
@@ -167,6 +168,8 @@ _FIELDS: dict[Endpoint, dict[str, Callable[[str, Any], None]]] = {
     "completions": _COMPLETION_FIELDS,
     "embeddings": _EMBEDDING_FIELDS,
     "responses": RESPONSES_FIELDS,
+    "messages": MESSAGES_FIELDS,
+    "count_tokens": COUNT_TOKENS_FIELDS,
 }
 
 _REQUIRED: dict[Endpoint, tuple[str, ...]] = {
@@ -174,6 +177,8 @@ _REQUIRED: dict[Endpoint, tuple[str, ...]] = {
     "completions": ("model", "prompt"),
     "embeddings": ("model", "input"),
     "responses": ("model", "input"),
+    "messages": ("model", "messages", "max_tokens"),  # the Messages API requires its output cap
+    "count_tokens": ("model", "messages"),
 }
 
 

@@ -169,15 +169,12 @@ class Exchange:
         body = await reply.read()
         if reply.status >= 500:
             self._count_error("status_5xx")
-        try:
-            error = orjson.loads(body).get("error")
-        except (orjson.JSONDecodeError, AttributeError):
-            error = None
-        if not isinstance(error, dict):
+        event = self.client.errors.engine_event(body)
+        if event is None:
             await self.client.fail(Rejection(reply.status, f"Upstream answered HTTP {reply.status}.",
                                              code=f"upstream_status_{reply.status}", type="upstream_error"))
             return
-        await self.client.end(b"data: " + orjson.dumps({"error": error}) + b"\n\n", status=reply.status)
+        await self.client.end(event, status=reply.status)
 
     async def _relay_stream(self, reply: Reply, first: bytes) -> bool:
         """Relay the stream; False where the tap cut it off (the rest of the reply is not read)."""

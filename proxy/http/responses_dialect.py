@@ -94,7 +94,7 @@ class Responses(Dialect):
 
     def check_pool(self, pool: Pool) -> None:
         """Only pools of engines serve the Responses API (a litellm pool's calls are chat completions)."""
-        if not pool.serves_responses:
+        if not pool.serves_engine_apis:
             raise Refused(Rejection(400, f"Pool '{pool.name}' (litellm) does not serve the Responses API; send "
                                          "/v1/chat/completions to it.", param="model", code="unsupported_endpoint"))
 

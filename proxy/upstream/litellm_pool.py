@@ -31,7 +31,7 @@ class LitellmPool(Pool):
 
     config_model = LitellmPoolConfig
     counts_usage_itself = True
-    serves_responses = False  # its calls are litellm's chat completions
+    serves_engine_apis = False  # its calls are litellm's chat completions: no Responses, no Messages
     continues_answers = False  # a provider neither reports the cut nor writes on from a partial answer
 
     def __init__(self, config: LitellmPoolConfig, transports: TransportFactory, clock: Clock) -> None:

@@ -55,7 +55,7 @@ class Pool:
 
     config_model: ClassVar[type[BasePoolConfig]]  # what a pool of this kind is configured with
     counts_usage_itself: ClassVar[bool] = False  # False: vLLM streams carry usage only when asked for it
-    serves_responses: ClassVar[bool] = True  # vLLM serves /v1/responses
+    serves_engine_apis: ClassVar[bool] = True  # vLLM serves /v1/responses and /v1/messages
     continues_answers: ClassVar[bool] = True  # vLLM writes on from a partial answer (``continue_final_message``)
 
     def __init__(self, config: BasePoolConfig, transports: TransportFactory, clock: Clock) -> None:

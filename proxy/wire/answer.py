@@ -45,8 +45,9 @@ class ClientAnswer:
         self.keepalive: KeepAlive | None = None
 
     def keep_alive(self, interval: float, clock: Clock) -> None:
-        """SSE comments every ``interval`` seconds of ``clock`` until the answer's first write."""
-        self.keepalive = KeepAlive(self._beat, interval, clock)
+        """Keep-alives (SSE comments; the API's own ping event where it has one) every ``interval`` seconds of
+        ``clock`` until the answer's first write."""
+        self.keepalive = KeepAlive(self._beat, interval, clock, self.errors.keepalive)
         self.keepalive.start()
 
     async def _beat(self, comment: bytes) -> None:

@@ -37,6 +37,7 @@ from policies.refusals import (
     UpstreamFailed,
 )
 from proxy.wire.headers import API_KEY_NAME, POOL, TENANT, ratelimit_headers, reset_text
+from proxy.wire.sse_keepalive import COMMENT
 
 POOL_PARAM, TENANT_PARAM = POOL.decode(), TENANT.decode()  # the header an error's ``param`` names
 
@@ -89,24 +90,39 @@ class OpenAIError:
 
 
 class ErrorShape(Protocol):
-    """An API's own error shape (``ClientAnswer.errors``): a refusal as its error answer, and that error as a
-    stream's last event."""
+    """An API's own wire shape for what the gateway itself writes into an answer (``ClientAnswer.errors``): a
+    refusal as its error answer, that error as a stream's last event, an engine's own error as that event, and
+    the stream's keep-alive."""
+
+    @property
+    def keepalive(self) -> bytes: ...
 
     def error(self, refusal: Refusal) -> OpenAIError: ...
 
     def event(self, error: OpenAIError) -> bytes: ...
 
+    def engine_event(self, body: bytes) -> bytes | None: ...  # None: not an error in this API's shape
+
 
 class OpenAIErrors:
-    """OpenAI's: ``{"error": {message, type, param, code}}``, the same object as an SSE ``data:`` event."""
+    """OpenAI's: ``{"error": {message, type, param, code}}``, the same object as an SSE ``data:`` event; an
+    SSE comment as the keep-alive."""
 
     __slots__ = ()
+    keepalive = COMMENT
 
     def error(self, refusal: Refusal) -> OpenAIError:
         return openai_error(refusal)
 
     def event(self, error: OpenAIError) -> bytes:
         return sse_error_event(error.message, error.type, error.code)
+
+    def engine_event(self, body: bytes) -> bytes | None:
+        try:
+            error = orjson.loads(body).get("error")
+        except (orjson.JSONDecodeError, AttributeError):
+            return None
+        return b"data: " + orjson.dumps({"error": error}) + b"\n\n" if isinstance(error, dict) else None
 
 
 OPENAI_ERRORS = OpenAIErrors()

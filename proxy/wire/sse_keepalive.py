@@ -23,9 +23,11 @@ class KeepAlive:
     """Ticks from a task of its own, so the waiting code awaits its queue slot or first chunk as
     usual; stopped before the first real write, so its writes never interleave with the answer's."""
 
-    __slots__ = ("_stop", "_task", "beat", "clock", "interval")
+    __slots__ = ("_stop", "_task", "beat", "clock", "interval", "tick")
 
-    def __init__(self, beat: Callable[[bytes], Awaitable[None]], interval: float, clock: Clock) -> None:
+    def __init__(self, beat: Callable[[bytes], Awaitable[None]], interval: float, clock: Clock,
+                 tick: bytes = COMMENT) -> None:
+        self.tick = tick  # what each beat writes: a comment, or the API's ping event (Anthropic's)
         self.beat = beat  # writes a comment (``ClientAnswer``: the stream's status line first)
         self.interval = interval  # seconds of ``clock``, the pool's
         self.clock = clock
@@ -44,7 +46,7 @@ class KeepAlive:
             except TimeoutError:
                 pass
             try:
-                await self.beat(COMMENT)
+                await self.beat(self.tick)
             except OSError:  # the client left; the request's own disconnect watch ends it
                 return
 
