@@ -84,7 +84,7 @@ class LocalEngine:
             "--served-model-name", self.served_model_name,
             "--max-model-len", str(self.max_model_len),
             "--enable-prefix-caching", "--enforce-eager",
-            "--enable-prompt-tokens-details",  # usage reports cached prompt tokens (cached_tokens, cache_read_input_tokens)
+            "--enable-prompt-tokens-details",  # usage counts cached prompt tokens (for clients to see their hits)
             *self.extra_args,
         ]
 
