@@ -220,6 +220,11 @@ def rewrite_chat(body: dict[str, Any], policy: PromptPolicy) -> Rewrite:
     """Canonical form plus volatile-span handling for a validated chat completions body."""
     messages: list[dict[str, Any]] = body["messages"]
     tail = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "user"), None)
+    if messages and messages[-1].get("role") in _SYSTEM_ROLES and not _is_note(messages[-1]):
+        # The prompt ends with system text after the last user turn (an agent's environment block): the note
+        # ends that, the prompt's end. On the user turn before it, it would sit before that text, and the next
+        # turn, with the note on a later message, would re-prefill everything after it.
+        tail = len(messages) - 1
     mover = _Mover(policy)
     new_messages = list(messages)
     changed = False

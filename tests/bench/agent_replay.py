@@ -1,0 +1,266 @@
+"""Replay captured coding-agent sessions against a real engine three ways, and report per turn the engine's
+prefix-cache hit rate and time to first token.
+
+The sessions are Claude Code's and the Codex CLI's own requests (``agent_sessions/``, captured by
+``agent_capture_sessions.sh``): 3 sessions of 5 turns each, on two dates, with a commit between sessions. Each
+request is sent as:
+
+- ``direct``: as the agent sent it, straight to the engine;
+- ``prefixgate``: as prefixgate sends it to the engine, made by the gateway itself (``prepare`` runs each captured
+  request through the app in memory and records the body its engine receives);
+- ``ceiling``: every volatile byte removed by hand: the billing block, the date lines, the git snapshot, Codex's
+  environment date.
+
+Every request asks for a few streamed tokens (the conversation's later turns carry the agent's recorded answers,
+not the replay's), and each way runs under a cache salt of its own, so the three share one engine without sharing
+its cache. The hit rate is the engine's own count: ``cache_read_input_tokens`` (Messages) or ``cached_tokens``
+(Responses) over the prompt's tokens, which vLLM reports with ``--enable-prompt-tokens-details``.
+
+Two steps, so the engine side needs nothing but Python's standard library (a lent GPU machine has no prefixgate):
+
+    .venv/bin/python tests/bench/agent_replay.py prepare --out bench-out/agent_requests.jsonl.gz
+    python3 tests/bench/agent_replay.py replay --requests bench-out/agent_requests.jsonl.gz \\
+        --engine http://127.0.0.1:8000 --model m --rounds 3 --out bench-out/agent_replay.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import http.client
+import json
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+HERE = Path(__file__).resolve().parent
+SESSIONS = {"claude_code": HERE / "agent_sessions" / "claude_code.jsonl.gz",
+            "codex": HERE / "agent_sessions" / "codex.jsonl.gz"}
+WAYS = ("direct", "prefixgate", "ceiling")
+OUTPUT_TOKENS = 4
+_DATE_LINE = re.compile(r"^Today's date is [^\n]*\n?", re.MULTILINE)
+_GIT_SNAPSHOT = re.compile(r"# gitStatus\n.*?(?=\n</system-reminder>|\Z)", re.DOTALL)
+_CODEX_DATE = re.compile(r"\s*<current_date>[^<]*</current_date>")
+
+
+def _captured(agent: str) -> list[dict[str, Any]]:
+    with gzip.open(SESSIONS[agent], "rt") as lines:
+        return [json.loads(line) for line in lines]
+
+
+def _endpoint(path: str) -> str:
+    return "/v1/messages" if path.startswith("/v1/messages") else "/v1/responses"
+
+
+def _by_hand(body: dict[str, Any]) -> dict[str, Any]:
+    """The ceiling: ``body`` with every volatile byte taken out by hand."""
+    if isinstance(body.get("system"), list):
+        body = {**body, "system": [block for block in body["system"]
+                          if not str(block.get("text", "")).startswith("x-anthropic-billing-header")]}
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            return _CODEX_DATE.sub("", _GIT_SNAPSHOT.sub("", _DATE_LINE.sub("", value)))
+        if isinstance(value, list):
+            return [clean(item) for item in value]
+        if isinstance(value, dict):
+            return {key: clean(item) for key, item in value.items()}
+        return value
+
+    return clean(body)
+
+
+def _through_gateway(rows: list[dict[str, Any]], data_dir: Path) -> list[dict[str, Any]]:
+    """The bodies prefixgate's engine receives for ``rows``, in order: the app run in memory on its defaults."""
+    sys.path.insert(0, str(HERE.parents[1]))
+    from tests.support.clock import FakeClock
+    from tests.support.in_memory import in_memory_gateway
+    from tests.support.mock_transport import MockReply, MockUpstreams
+
+    sent: list[dict[str, Any]] = []
+
+    def engine(url: str, body: bytes) -> MockReply:
+        sent.append(json.loads(body))
+        if url.endswith("/messages"):
+            return MockReply.json({"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [],
+                                   "stop_reason": "end_turn", "usage": {"input_tokens": 1, "output_tokens": 1}})
+        return MockReply.json({"id": "resp_1", "object": "response", "status": "completed", "output": [],
+                               "usage": {"input_tokens": 1, "output_tokens": 1}})
+
+    models = sorted({row["body"]["model"] for row in rows})
+    config = {"pools": [{"name": "engine", "replicas": ["http://engine:8000/v1"], "models": models,
+                         "health": {"interval": 0}, "engine_metrics": {"interval": 0}}],
+              "auth": {"keys": [{"tenant": "agents", "key": "sk-agents"}]}}
+    with in_memory_gateway(config, MockUpstreams(engine), FakeClock(), data_dir) as client:
+        for row in rows:
+            body = {**row["body"], "stream": False}
+            answer = client.post(_endpoint(row["path"]), json=body, headers={"x-api-key": "sk-agents"})
+            if answer.status_code != 200:
+                raise SystemExit(f"prefixgate refused a captured request: {answer.status_code} {answer.text[:300]}")
+    return sent
+
+
+def prepare(out: Path, agents: list[str]) -> None:
+    """Each captured request three ways, written as JSON lines: agent, session, turn, way, endpoint, body."""
+    import tempfile
+
+    written = 0
+    with gzip.open(out, "wt") as lines, tempfile.TemporaryDirectory() as data_dir:
+        for agent in agents:
+            rows = _captured(agent)
+            gateway = _through_gateway(rows, Path(data_dir) / agent)
+            for row, through in zip(rows, gateway, strict=True):
+                for way, body in (("direct", row["body"]), ("prefixgate", through), ("ceiling", _by_hand(row["body"]))):
+                    lines.write(json.dumps({"agent": agent, "session": row["session"], "turn": row["turn"], "way": way,
+                                            "endpoint": _endpoint(row["path"]), "body": body}) + "\n")
+                    written += 1
+    print(f"wrote {written} requests to {out}")
+
+
+def _send(origin: str, endpoint: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """One streamed request: seconds to the first generated token's event, and the prompt's tokens and cached ones."""
+    parts = urlsplit(origin)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    started = time.perf_counter()
+    connection.request("POST", endpoint, json.dumps(body), {"content-type": "application/json"})
+    answer = connection.getresponse()
+    if answer.status != 200:
+        return {"error": f"{answer.status} {answer.read()[:300]!r}"}
+    first = None
+    usage: dict[str, Any] = {}
+    for raw in answer:
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if first is None and line.startswith("event: ") and line.endswith("delta"):
+            first = time.perf_counter() - started
+        if line.startswith("data: {") and '"usage"' in line:
+            data = json.loads(line[6:])
+            found = data.get("usage") or (data.get("response") or {}).get("usage") or \
+                (data.get("message") or {}).get("usage")
+            if found:
+                usage = found
+    connection.close()
+    if "input_tokens_details" in usage:  # the Responses API
+        prompt, cached = usage.get("input_tokens"), (usage.get("input_tokens_details") or {}).get("cached_tokens")
+    else:  # Messages: input_tokens counts the uncached ones only
+        cached = usage.get("cache_read_input_tokens") or 0
+        prompt = (usage.get("input_tokens") or 0) + cached + (usage.get("cache_creation_input_tokens") or 0)
+    return {"ttft_s": first, "prompt_tokens": prompt, "cached_tokens": cached}
+
+
+def _for_engine(request: dict[str, Any], model: str, salt: str) -> dict[str, Any]:
+    body = {**request["body"], "model": model, "stream": True, "cache_salt": salt}
+    if request["endpoint"] == "/v1/messages":
+        body["max_tokens"] = OUTPUT_TOKENS
+    else:
+        body["max_output_tokens"] = OUTPUT_TOKENS
+    return body
+
+
+def _reset_prefix_cache(origin: str, timeout: float) -> None:
+    """vLLM's ``POST /reset_prefix_cache`` (served with ``VLLM_SERVER_DEV_MODE=1``)."""
+    parts = urlsplit(origin)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    connection.request("POST", "/reset_prefix_cache")
+    answer = connection.getresponse()
+    answer.read()
+    connection.close()
+    if answer.status != 200:
+        raise SystemExit(f"the engine did not reset its prefix cache: {answer.status}")
+
+
+def replay(requests: Path, origin: str, model: str, rounds: int, agents: list[str], out: Path,
+           timeout: float, reset: bool = False) -> None:
+    """Each round: every way in turn, each agent's sessions in order, under a salt of the round's and the way's."""
+    with gzip.open(requests, "rt") as lines:
+        loaded = [json.loads(line) for line in lines]
+    results = []
+    for round_number in range(rounds):
+        for way in WAYS:
+            salt = f"replay-{round_number}-{way}-{time.time_ns()}"  # a cache of its own, cold
+            if reset:  # engines that take no salt on this API start each way with an empty cache instead
+                _reset_prefix_cache(origin, timeout)
+            for request in loaded:
+                if request["way"] != way or request["agent"] not in agents:
+                    continue
+                result = _send(origin, request["endpoint"], _for_engine(request, model, salt), timeout)
+                results.append({"round": round_number, **{k: request[k] for k in ("agent", "session", "turn", "way")},
+                                **result})
+                print(json.dumps(results[-1]), flush=True)
+    out.write_text(json.dumps({"engine": origin, "model": model, "rounds": rounds, "caption": _caption(origin),
+                               "results": results, "summary": summary(results)}, indent=1))
+
+
+def _caption(origin: str) -> dict[str, Any]:
+    """The engine's version and model, and this machine, as found at run time."""
+    import platform
+
+    parts = urlsplit(origin)
+    caption: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine()}
+    try:
+        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+        connection.request("GET", "/version")
+        caption["vllm"] = json.loads(connection.getresponse().read()).get("version")
+        connection.request("GET", "/v1/models")
+        caption["models"] = json.loads(connection.getresponse().read()).get("data")
+    except (OSError, ValueError):
+        pass
+    return caption
+
+
+def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per agent and way: the hit rate and TTFT of later turns and of new sessions' first turns (sessions 2 and
+    3), each the median over rounds of the round's figure, with the range."""
+    table: dict[str, Any] = {}
+    for agent in sorted({r["agent"] for r in results}):
+        for way in WAYS:
+            cells: dict[str, list[float]] = {}
+            for round_number in sorted({r["round"] for r in results}):
+                rows = [r for r in results if r["agent"] == agent and r["way"] == way
+                        and r["round"] == round_number and "error" not in r]
+                later = [r for r in rows if r["turn"] > 1]
+                new_sessions = [r for r in rows if r["turn"] == 1 and r["session"] > 1]
+                for name, chosen in (("later_turns", later), ("new_session_first_turn", new_sessions)):
+                    if chosen:
+                        prompt = sum(r["prompt_tokens"] or 0 for r in chosen)
+                        cells.setdefault(f"{name}_hit_rate", []).append(
+                            sum(r["cached_tokens"] or 0 for r in chosen) / prompt if prompt else 0.0)
+                        cells.setdefault(f"{name}_ttft_ms", []).append(
+                            1000 * statistics.median(r["ttft_s"] for r in chosen if r["ttft_s"] is not None))
+            table.setdefault(agent, {})[way] = {
+                name: {"median": statistics.median(values), "min": min(values), "max": max(values)}
+                for name, values in cells.items()}
+            errors = sum(1 for r in results if r["agent"] == agent and r["way"] == way and "error" in r)
+            table[agent][way]["errors"] = errors
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    steps = parser.add_subparsers(dest="step", required=True)
+    made = steps.add_parser("prepare")
+    made.add_argument("--out", type=Path, required=True)
+    # Codex 0.171 sends its tools as an ``additional_tools`` input item, which vLLM 0.32 does not read yet.
+    made.add_argument("--agents", default="claude_code")
+    sent = steps.add_parser("replay")
+    sent.add_argument("--requests", type=Path, required=True)
+    sent.add_argument("--engine", required=True, help="the engine's origin, e.g. http://127.0.0.1:8000")
+    sent.add_argument("--model", required=True)
+    sent.add_argument("--rounds", type=int, default=3)
+    sent.add_argument("--agents", default="claude_code")
+    sent.add_argument("--timeout", type=float, default=600)
+    sent.add_argument("--reset", action="store_true", help="empty the engine's prefix cache before each way")
+    sent.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    if args.step == "prepare":
+        prepare(args.out, args.agents.split(","))
+    else:
+        replay(args.requests, args.engine, args.model, args.rounds, args.agents.split(","), args.out, args.timeout,
+               args.reset)
+
+
+if __name__ == "__main__":
+    main()

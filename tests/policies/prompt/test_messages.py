@@ -1,0 +1,88 @@
+"""The Messages API's rewrite (``rewrite_messages``) and its render as vLLM's chat (``messages_conversation``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from policies.prompt.messages import messages_conversation, rewrite_messages
+from policies.prompt.prompt import NOTE_HEADER, PromptPolicy, rewrite_chat
+
+BILLING = {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.332.f85; cc_entrypoint=sdk-cli;"}
+ENVIRONMENT = "# Environment\nPrimary working directory: /home/user/project\nToday's date is 2026-11-28."
+
+
+def _body(**fields: Any) -> dict[str, Any]:
+    return {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "Fix it."}], **fields}
+
+
+def test_the_billing_block_goes_and_each_system_block_keeps_the_line_breaks_at_its_edges() -> None:
+    system = [BILLING, {"type": "text", "text": "You are an agent.\n"},
+              {"type": "text", "text": "\nBe brief.  \n", "cache_control": {"type": "ephemeral"}}]
+    rewrite = rewrite_messages(_body(system=system), PromptPolicy())
+    assert rewrite.changed and rewrite.body["system"] == [
+        {"type": "text", "text": "You are an agent.\n"},
+        {"type": "text", "text": "\nBe brief.\n", "cache_control": {"type": "ephemeral"}}]
+    assert messages_conversation(rewrite.body)["messages"][0] == {
+        "role": "system", "content": "You are an agent.\n\nBe brief.\n"}  # vLLM joins the blocks with nothing
+
+
+def test_a_body_without_anything_to_move_is_left_as_it_came() -> None:
+    body = _body(system="You are an agent.")
+    rewrite = rewrite_messages(body, PromptPolicy())
+    assert not rewrite.changed and rewrite.body is body
+
+
+def test_a_date_in_system_text_after_the_last_user_turn_goes_to_a_note_turn_at_the_prompts_end() -> None:
+    """Claude Code's environment block, a system turn after the user's: the note is a user turn of its own after
+    it, so it is the prompt's end whether vLLM renders that block in place or merges it into the head."""
+    body = _body(messages=[{"role": "user", "content": [{"type": "text", "text": "Fix it."}]},
+                           {"role": "system", "content": [{"type": "text", "text": ENVIRONMENT}]}])
+    rewrite = rewrite_messages(body, PromptPolicy())
+    assert rewrite.body["messages"] == [
+        body["messages"][0],
+        {"role": "system", "content": [{"type": "text", "text": ENVIRONMENT.replace("2026-11-28", "[ref 1]")}]},
+        {"role": "user", "content": f"{NOTE_HEADER}\n[ref 1] = 2026-11-28"}]
+    next_turn = _body(messages=[*body["messages"], {"role": "assistant", "content": "Done."},
+                                {"role": "user", "content": "Now test it."}])
+    again = rewrite_messages(next_turn, PromptPolicy()).body["messages"]
+    assert again[:2] == rewrite.body["messages"][:2]  # the next turn's prompt starts with this one's, to the note
+    assert again[-1]["content"] == f"Now test it.\n\n{NOTE_HEADER}\n[ref 1] = 2026-11-28"
+
+
+def test_a_harness_reminders_date_in_a_user_turn_moves_and_the_users_own_text_stays() -> None:
+    reminder = "<system-reminder>\nToday's date is 2026-11-28.\n</system-reminder>\n"
+    body = _body(messages=[{"role": "user", "content": [{"type": "text", "text": reminder},
+                                                         {"type": "text", "text": "Due 2026-12-01, fix it."}]}])
+    content = rewrite_messages(body, PromptPolicy()).body["messages"][0]["content"]
+    assert content == [{"type": "text", "text": reminder.replace("2026-11-28", "[ref 1]")},
+                       {"type": "text", "text": "Due 2026-12-01, fix it."},
+                       {"type": "text", "text": f"{NOTE_HEADER}\n[ref 1] = 2026-11-28"}]
+
+
+def test_a_chat_ending_in_system_text_gets_the_note_there() -> None:
+    body = {"messages": [{"role": "user", "content": "Fix it."}, {"role": "system", "content": ENVIRONMENT}]}
+    messages = rewrite_chat(body, PromptPolicy()).body["messages"]
+    assert messages[0] == body["messages"][0]
+    assert messages[1]["content"].endswith(f"\n\n{NOTE_HEADER}\n[ref 1] = 2026-11-28")
+
+
+def test_the_conversation_is_rendered_as_vllm_renders_messages() -> None:
+    body = _body(system=[BILLING, {"type": "text", "text": "Agent."}], tools=[
+        {"name": "Read", "description": "Read a file.", "input_schema": {"type": "object"}}], messages=[
+        {"role": "user", "content": "Read a.py"},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm", "signature": "s"},
+                                          {"type": "tool_use", "id": "t1", "name": "Read", "input": {"path": "a.py"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x = 1"},
+                                     {"type": "text", "text": "Explain."}]},
+        {"role": "system", "content": "Late note."}])
+    assert messages_conversation(body) == {"messages": [
+        {"role": "system", "content": "Agent."},
+        {"role": "user", "content": "Read a.py"},
+        {"role": "assistant", "reasoning": "hm", "tool_calls": [
+            {"id": "t1", "type": "function", "function": {"name": "Read", "arguments": json.dumps({"path": "a.py"})}}]},
+        {"role": "tool", "tool_call_id": "t1", "content": "x = 1"},
+        {"role": "user", "content": "Explain."},
+        {"role": "system", "content": "Late note."}],
+        "tools": [{"type": "function", "function": {"name": "Read", "description": "Read a file.",
+                                                    "parameters": {"type": "object"}}}]}
