@@ -148,6 +148,24 @@ class _Mover:
         pieces.append(line[cursor:])
         return "".join(pieces)
 
+    def snapshot(self, block: str) -> str:
+        """A harness block's git snapshot (branch, status, recent commits: new with every commit) moved whole to
+        the note, a marker in its place; an agent's first turn is then the same across sessions up to the user's
+        own text. The kind is ``git_status``: a tenant's ``actions`` may strip it or keep it."""
+        found = _GIT_SNAPSHOT.search(block)
+        action = self.policy.actions.get("git_status", self.policy.volatile)
+        if found is None or action == "keep":
+            return block
+        self.detected += 1
+        self.moved += 1
+        section = found.group().rstrip("\n")
+        if action == "strip":
+            return block[:found.start()] + block[found.start() + len(section):]
+        self.refs += 1
+        marker = f"[ref {self.refs}]"
+        self.note_lines.append(f"{marker} = {section}")
+        return block[:found.start()] + marker + block[found.start() + len(section):]
+
     def note(self) -> str | None:
         return NOTE_HEADER + "\n" + "\n".join(self.note_lines) if self.note_lines else None
 
@@ -187,16 +205,22 @@ def _has_harness_block(content: Any) -> bool:
 
 
 _HARNESS_OPENINGS = tuple(opening for opening, _ in HARNESS_BLOCKS)
+# Claude Code's git snapshot in its first turn's reminder: a heading, the branch and status, then its recent
+# commits, to the blank line after them (what follows is the harness's own fixed text).
+_GIT_SNAPSHOT = re.compile(r"^(?:# gitStatus|gitStatus:)[^\n]*\n(?:[^\n]*\n)*?Recent commits:\n(?:[^\n]+\n?)*",
+                           re.MULTILINE)
 
 
-def _in_harness_block(change: Callable[[str], str], text: str) -> str:
-    """``change`` applied to a harness block that opens ``text`` (to its closing tag), the rest as it was."""
+def _in_harness_block(mover: _Mover, rest: Callable[[str], str] | None, text: str) -> str:
+    """A harness block that opens ``text`` (to its closing tag) with its git snapshot and volatile spans moved;
+    the rest of the text through ``rest`` (the history's rule), or as it was."""
     for opening, closing in HARNESS_BLOCKS:
         if text.startswith(opening):
             end = text.find(closing)
             end = len(text) if end < 0 else end + len(closing)
-            return change(text[:end]) + text[end:]
-    return text
+            tail = text[end:]
+            return mover.raw(mover.snapshot(text[:end])) + (rest(tail) if rest is not None and tail else tail)
+    return rest(text) if rest is not None else text
 
 
 def _is_note(message: dict[str, Any]) -> bool:
@@ -232,10 +256,11 @@ def rewrite_chat(body: dict[str, Any], policy: PromptPolicy) -> Rewrite:
         role = message.get("role")
         if role in _SYSTEM_ROLES and not _is_note(message):
             change = mover.system
+        elif role == "user" and _has_harness_block(message.get("content")):
+            history = policy.scope == "history" and (tail is None or index < tail)
+            change = partial(_in_harness_block, mover, mover.raw if history else None)
         elif policy.scope == "history" and role in _HISTORY_ROLES and (tail is None or index < tail):
             change = mover.raw
-        elif role == "user" and _has_harness_block(message.get("content")):
-            change = partial(_in_harness_block, mover.raw)
         else:
             continue
         content = message.get("content")

@@ -168,8 +168,10 @@ BUILTIN_DETECTORS: tuple[Detector, ...] = tuple(
 )
 
 
-# The kinds a span of the built-in detectors can have ("clock": a labelled clock line).
-BUILTIN_KINDS: tuple[str, ...] = ("clock", *dict.fromkeys(detector.kind for detector in BUILTIN_DETECTORS))
+# The kinds a span of the built-in detectors can have ("clock": a labelled clock line; "git_status": an agent
+# harness's git snapshot, a section the prompt rewrite finds in a harness block rather than a line's span).
+BUILTIN_KINDS: tuple[str, ...] = ("clock", *dict.fromkeys(detector.kind for detector in BUILTIN_DETECTORS),
+                                  "git_status")
 
 _YEAR_GATE = re.compile(_YEAR)
 _EPOCH_GATE = re.compile(r"1\d{9}")

@@ -63,7 +63,8 @@ class PromptConfig(_Frozen):
     """an action of its own for one kind of span, over `volatile`: `{id: strip}` drops labelled trace/request IDs (no
     use to the model, yet prefilled on every request when relocated) while dates still move to the note. Kinds:
     `clock` (labelled clock lines), `datetime`, `epoch`, `uuid`, `traceparent`, `id` (labelled IDs, ULIDs, AWS X-Ray
-    trace headers), and your `patterns`' names"""
+    trace headers), `git_status` (a coding agent's git snapshot in a `<system-reminder>`), and your `patterns`'
+    names"""
     scope: Literal["system", "history"] = "system"
     """where to look: `system` (system/developer messages) or `history` (also earlier user and assistant turns; never
     the last user turn)"""

@@ -238,6 +238,27 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     return table
 
 
+def table(result: Path) -> str:
+    """The summary as docs/benchmarks.md shows it: per way, new sessions' first turns and later turns."""
+    data = json.loads(result.read_text())
+    lines = ["| agent | way | new session's first turn: hit rate | TTFT (ms) | later turns: hit rate | TTFT (ms) |",
+             "|---|---|---|---|---|---|"]
+
+    def cell(figures: dict[str, Any], name: str, digits: int) -> str:
+        figure = figures.get(name)
+        if figure is None:
+            return "-"
+        return f"{figure['median']:.{digits}f} ({figure['min']:.{digits}f}-{figure['max']:.{digits}f})"
+
+    for agent, ways in data["summary"].items():
+        for way in WAYS:
+            figures = ways[way]
+            lines.append(f"| {agent} | {way} | {cell(figures, 'new_session_first_turn_hit_rate', 3)} | "
+                         f"{cell(figures, 'new_session_first_turn_ttft_ms', 0)} | "
+                         f"{cell(figures, 'later_turns_hit_rate', 3)} | {cell(figures, 'later_turns_ttft_ms', 0)} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     steps = parser.add_subparsers(dest="step", required=True)
@@ -254,8 +275,12 @@ def main() -> None:
     sent.add_argument("--timeout", type=float, default=600)
     sent.add_argument("--reset", action="store_true", help="empty the engine's prefix cache before each way")
     sent.add_argument("--out", type=Path, required=True)
+    shown = steps.add_parser("table")
+    shown.add_argument("result", type=Path)
     args = parser.parse_args()
-    if args.step == "prepare":
+    if args.step == "table":
+        print(table(args.result))
+    elif args.step == "prepare":
         prepare(args.out, args.agents.split(","))
     else:
         replay(args.requests, args.engine, args.model, args.rounds, args.agents.split(","), args.out, args.timeout,

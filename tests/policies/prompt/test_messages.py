@@ -86,3 +86,26 @@ def test_the_conversation_is_rendered_as_vllm_renders_messages() -> None:
         {"role": "system", "content": "Late note."}],
         "tools": [{"type": "function", "function": {"name": "Read", "description": "Read a file.",
                                                     "parameters": {"type": "object"}}}]}
+
+
+GIT_REMINDER = ("<system-reminder>\nAs you answer the user's questions, you can use the following context:\n"
+                "# gitStatus\nThis is the git status at the start of the conversation.\n\nCurrent branch: main\n\n"
+                "Status:\n M calc.py\n\nRecent commits:\n7c50257 Add README and main\nf40b4d5 Add subtraction\n\n"
+                "Claude Code attached this context automatically.\n</system-reminder>")
+SNAPSHOT = ("# gitStatus\nThis is the git status at the start of the conversation.\n\nCurrent branch: main\n\n"
+            "Status:\n M calc.py\n\nRecent commits:\n7c50257 Add README and main\nf40b4d5 Add subtraction")
+
+
+def test_the_git_snapshot_in_the_first_turns_reminder_moves_whole_to_the_note() -> None:
+    """A new commit changes Claude Code's first turn in its git snapshot: moved to the note (marker in place), the
+    turn is the same across sessions up to the user's own words."""
+    first = {"role": "user", "content": [{"type": "text", "text": GIT_REMINDER}, {"type": "text", "text": "Fix."}]}
+    rewrite = rewrite_messages(_body(messages=[first]), PromptPolicy())
+    content = rewrite.body["messages"][0]["content"]
+    assert content[0]["text"] == GIT_REMINDER.replace(SNAPSHOT, "[ref 1]")
+    assert content[-1]["text"] == f"{NOTE_HEADER}\n[ref 1] = {SNAPSHOT}"
+    later = _body(messages=[first, {"role": "assistant", "content": "Done."}, {"role": "user", "content": "More."}])
+    moved_again = rewrite_messages(later, PromptPolicy()).body["messages"]
+    assert moved_again[0]["content"][0] == content[0]  # the same in every turn of the session
+    kept = rewrite_messages(_body(messages=[first]), PromptPolicy(actions={"git_status": "keep"}))
+    assert not kept.changed
