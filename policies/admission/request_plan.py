@@ -1,7 +1,8 @@
 """What the gateway does to a request's body and call once its pool is known: one plan, decided here.
 
 ``plan_call`` takes the validated request, the tenant's salt rule and what the pool and tenant
-settings say, and returns a ``CallPlan``: the max_tokens caps to apply, the cache_salt to send (or
+settings say, and returns a ``CallPlan``: the max_tokens caps to apply, the output that fits the pool's
+context after the prompt (``context_fit``), the cache_salt to send (or
 the client's to drop), whether to ask the engine for a stream's usage (and hide it from a client
 that did not ask), whether the answer cache applies, whether to name the pool in a header.
 ``shape_body`` then applies the plan to the body: a body nothing else changed is not parsed and
@@ -19,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from policies.admission.context_fit import fit_output
 from policies.admission.token_caps import TokenCaps, cap_output
 from policies.answers.answer_cache import cacheable
 from policies.prompt.cache_salt import SaltPolicy
@@ -37,6 +39,7 @@ class CallPlan:
     announce_pool: bool  # say which pool took it (x-prefixgate-pool)
     priority: int | None = None  # vLLM's priority to send (the predicted output tokens), unless the client sent one
     output_fields: tuple[str, ...] = ()  # the fields that cap the answer, as its endpoint reads them
+    room: int | None = None  # the most output the pool's context holds after the prompt; None: not known
 
 
 @dataclass(slots=True)
@@ -45,13 +48,16 @@ class ShapedBody:
     body: dict[str, Any]  # the same, parsed: what admission charges and the answer cache keys on
     capped: bool  # the caps changed max_tokens
     answer_cache: bool  # the plan wants the answer cache and this body qualifies (deterministic)
+    clamped: int | None = None  # the output cap lowered to what fits the pool's context (``fit_output``)
 
 
 def plan_call(view: RequestView, body: dict[str, Any], *, salt: SaltPolicy, caps: TokenCaps | None,
-              engine_usage: bool, answers: bool, announce_pool: bool, priority: int | None = None) -> CallPlan:
-    """The plan for a chat or completions request. ``engine_usage``: the pool's engines report a
+              engine_usage: bool, answers: bool, announce_pool: bool, priority: int | None = None,
+              room: int | None = None) -> CallPlan:
+    """The plan for a generating request. ``engine_usage``: the pool's engines report a
     stream's usage only when asked (vLLM; a litellm pool counts its own); ``answers``: the tenant
-    stores answers and the gateway has a store; ``priority``: the pool sends priority hints, this one."""
+    stores answers and the gateway has a store; ``priority``: the pool sends priority hints, this one;
+    ``room``: the output that fits the pool's context after the prompt (``output_room``), where known."""
     return CallPlan(
         caps=caps,
         salt=salt.upstream_salt(body.get("cache_salt")),
@@ -60,19 +66,24 @@ def plan_call(view: RequestView, body: dict[str, Any], *, salt: SaltPolicy, caps
         announce_pool=announce_pool,
         priority=priority if "priority" not in body else None,
         output_fields=view.output_fields,
+        room=room,
     )
 
 
 def shape_body(raw: bytes, body: dict[str, Any], changed: bool, plan: CallPlan) -> ShapedBody | Rejection:
     """The body to send: ``body`` (``raw`` as received, ``changed`` when rewriting, retrieval or
-    admission made a new one) with the plan applied; or the refusal of the pool's caps."""
-    capped = False
+    admission made a new one) with the plan applied; or the refusal of the pool's caps. The cap that fits the
+    context comes last, so it lowers a default the caps gave too."""
+    capped, clamped = False, None
     if plan.caps is not None:
         shaped = cap_output(body, plan.caps, plan.output_fields)
         if not isinstance(shaped, dict):
             return shaped
         capped = shaped is not body
         body, changed = shaped, changed or capped
+    fitted = fit_output(body, plan.output_fields, plan.room) if plan.room is not None else None
+    if fitted is not None:
+        (body, clamped), changed = fitted, True
     if plan.salt is None:
         if "cache_salt" in body:  # salts off: the engine is not told a client's salt either
             body, changed = {k: v for k, v in body.items() if k != "cache_salt"}, True
@@ -92,7 +103,7 @@ def shape_body(raw: bytes, body: dict[str, Any], changed: bool, plan: CallPlan) 
             raw = with_field(raw, b"priority", str(plan.priority).encode())
     if changed:
         raw = orjson.dumps(body)
-    return ShapedBody(raw, body, capped, plan.answer_cache and cacheable(body))
+    return ShapedBody(raw, body, capped, plan.answer_cache and cacheable(body), clamped)
 
 
 def with_field(raw: bytes, name: bytes, value: bytes) -> bytes:

@@ -23,6 +23,11 @@ def estimate_prompt_tokens(texts: Iterable[str]) -> int:
     return -(-(2 * characters + 3 * extra) // 8)
 
 
+def text_bytes(texts: Iterable[str]) -> int:
+    """The texts' UTF-8 bytes: more than any tokenizer's tokens for them (``surely_fits``), at the cost of a copy."""
+    return sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
+
+
 class TokenCounter:
     __slots__ = ("tokenizer",)
 
@@ -32,6 +37,12 @@ class TokenCounter:
             from tokenizers import Tokenizer  # only loaded when configured
 
             self.tokenizer = Tokenizer.from_file(tokenizer_path)
+
+    @property
+    def exact(self) -> bool:
+        """Counts with the model's tokenizer, rather than estimating (what a count that must fit the engine's
+        context allows for: ``output_room``)."""
+        return self.tokenizer is not None
 
     def count(self, pieces: Pieces) -> int:
         if self.tokenizer is None:

@@ -63,7 +63,7 @@ def _start_engine(config: Config) -> tuple[LocalEngine, Config]:
     engine.start()
     engine.wait_ready(settings.startup_timeout)
     log.info("engine ready; model '%s'", settings.served_model_name)
-    return engine, with_engine_pool(config, engine.base_url, settings.served_model_name)
+    return engine, with_engine_pool(config, engine.base_url, settings.served_model_name, model_dir)
 
 
 def _serve(config: Config) -> None:

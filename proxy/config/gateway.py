@@ -72,7 +72,7 @@ class Config(_Frozen):
     """admission per tenant: rate limits and token caps"""
     tokenizer: str | None = None
     """a Hugging Face `tokenizer.json` for exact prompt-token counts; none: an estimate (4 characters a token, more for
-    non-ASCII text)"""
+    non-ASCII text), but for the embedded engine, whose model's own tokenizer counts"""
     tenants: dict[str, TenantConfig] = Field(default_factory=dict)
     """per-tenant settings, by tenant name (the names in `auth.keys`; `default` in open mode)"""
     retrieval: RetrievalConfig = RetrievalConfig()

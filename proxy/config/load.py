@@ -147,10 +147,19 @@ def _resolve_salt_secret(config: Config, source: str, env: Mapping[str, str]) ->
     return secret
 
 
-def with_engine_pool(config: Config, base_url: str, model: str) -> Config:
-    """The config the app runs with once the embedded engine is up: one pool pointing at it."""
-    pool = OpenAIPoolConfig(name="local", replicas=[base_url], models=[model])
-    return config.model_copy(update={"pools": [pool]})
+def with_engine_pool(config: Config, base_url: str, model: str, model_dir: Path | None = None) -> Config:
+    """The config the app runs with once the embedded engine is up: one pool pointing at it, which knows the
+    engine's context (``max_model_len``) and gives requests that name no output cap the engine's default. The
+    prompt is counted with the model's own tokenizer (in ``model_dir``) unless ``tokenizer`` names another: the
+    estimate undercounts the tiny model's tokens (~1.7 characters each) more than twice over."""
+    engine = config.engine
+    pool = OpenAIPoolConfig(name="local", replicas=[base_url], models=[model], max_model_len=engine.max_model_len,
+                            max_tokens_default=engine.default_max_tokens)
+    update: dict[str, Any] = {"pools": [pool]}
+    own = model_dir / "tokenizer.json" if model_dir is not None else None
+    if config.tokenizer is None and own is not None and own.is_file():
+        update["tokenizer"] = str(own)
+    return config.model_copy(update=update)
 
 
 def dump_config(config: Config) -> str:

@@ -36,6 +36,14 @@ class BasePoolConfig(_Frozen):
     `max_tokens_action`, with a message that names `pool 'NAME'.max_tokens`"""
     max_tokens_default: int | None = Field(None, ge=1)
     """`max_tokens` given to requests for this pool that name none (when the tenant's `default_max_tokens` gave none)"""
+    max_model_len: int | None = Field(None, ge=1, json_schema_extra={"shown_default": "learned"})
+    """longest prompt plus output the pool's engines take, in tokens: a request whose output cap (its own, or a
+    default) is more than its prompt leaves of it is sent with the cap lowered to what fits, and its answer says
+    so in `x-prefixgate-output-clamped: CAP`, where the engine would refuse it (vLLM's 400). The prompt is counted
+    with `tokenizer` (exact, but for the template's markers: 2 % and 64 tokens are left spare), else estimated and
+    taken as 1.5 times the estimate, so text that tokenizes finer still than that can be refused. None: each
+    model's `max_model_len` as the replicas' `/v1/models` answers it (read at start where the pool declares no
+    `models`, and on each `GET /v1/models`); unknown: no clamp"""
     output: Literal["any", "short", "long"] = "any"
     """length routing among the pools that serve the same model: a `short` pool takes the requests whose predicted p90
     output is at most `short_threshold` tokens; the rest go to the first pool that is not `short` (`long` or `any`);

@@ -98,8 +98,16 @@ class EngineConfig(_Frozen):
     """a local model directory to serve instead"""
     port: int | None = Field(None, ge=1, le=65535, json_schema_extra={"shown_default": "free port"})
     """engine port on 127.0.0.1"""
-    max_model_len: int = Field(4096, ge=128)
-    """longest prompt plus output, in tokens (`--max-model-len`)"""
+    max_model_len: int = Field(65_536, ge=128)
+    """longest prompt plus output, in tokens (`--max-model-len`): a coding agent's prompt is ~45,000 of the tiny
+    model's tokens. A request that asks for more output than its prompt leaves is clamped to what fits (the pool's
+    `max_model_len`). The tiny model's KV cache takes ~1 KB a token, so a whole context fits `kv_cache_gib` many
+    times over"""
+    default_max_tokens: int | None = Field(1024, ge=1)
+    """output cap given to requests that name none (the embedded pool's `max_tokens_default`; a tenant's
+    `default_max_tokens` comes first): on a long context the tiny model's random words otherwise run on for many
+    minutes, as a client that names no cap (Codex) would wait for. None: no default, the engine writes until the
+    context is full"""
     kv_cache_gib: int = Field(1, ge=1)
     """`VLLM_CPU_KVCACHE_SPACE`"""
     startup_timeout: float = Field(240.0, gt=0)

@@ -50,7 +50,7 @@ class LocalEngine:
         served_model_name: str,
         port: int,
         log_path: str | Path,
-        max_model_len: int = 4096,
+        max_model_len: int = 65_536,
         kv_cache_gib: int = 1,
         extra_args: list[str] | None = None,
         extra_env: dict[str, str] | None = None,

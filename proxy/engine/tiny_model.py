@@ -15,11 +15,13 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-MODEL_VERSION = "prefixgate-tiny-llama-v2"
+MODEL_VERSION = "prefixgate-tiny-llama-v3"  # v3: 65,536 positions (v2 had 4,096)
 log = logging.getLogger("prefixgate")
 
 VOCAB_SIZE = 4096
-MAX_POSITIONS = 4096
+# A coding agent's prompt is ~45,000 tokens of this tokenizer, its answer up to 32,000 more. Rope has no
+# weights and the rest is seeded, so the positions change nothing else.
+MAX_POSITIONS = 65_536
 SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]
 # Tools come first, one JSON object per line, as real templates put them in the prompt's head (key order
 # as sent: it is the gateway's job, not the template's, to make it stable).

@@ -18,12 +18,15 @@ from time import perf_counter
 
 from starlette.types import Receive
 
+from policies.admission.context_fit import output_room, surely_fits
 from policies.admission.length import Prediction
 from policies.admission.request_plan import ShapedBody, plan_call, shape_body
+from policies.admission.token_caps import requested_output
 from policies.answers.answer_cache import answer_key
 from policies.refusals import Refused, Rejection
 from policies.request.types import RequestView
 from proxy.admission.request_admission import AdmissionHold, Admitted
+from proxy.admission.token_count import text_bytes
 from proxy.auth.tenants import TenantPolicy
 from proxy.caches.answers import AnswerToStore, stored_answer
 from proxy.calls.call import Continuation, UpstreamCall
@@ -43,7 +46,8 @@ from proxy.wire.headers import RequestHeaders, ResponseHeaders
 class Preparation:
     """One request's way from its headers to an ``UpstreamCall``; each step is one method."""
 
-    __slots__ = ("admitted", "dialect", "effects", "gateway", "headers", "mark", "prediction", "reason", "record")
+    __slots__ = ("admitted", "dialect", "effects", "gateway", "headers", "mark", "prediction", "prompt_tokens",
+                 "reason", "record")
 
     def __init__(self, gateway: Gateway, dialect: Dialect, record: RequestRecord, *, effects: bool = True) -> None:
         self.gateway = gateway
@@ -55,6 +59,7 @@ class Preparation:
         self.headers = ResponseHeaders()  # prefixgate's own response headers, as the steps report them
         self.reason = "model"  # why the pool was chosen
         self.prediction: Prediction | None = None  # admission's length prediction
+        self.prompt_tokens: int | None = None  # the prompt counted, once: by admission, or for a pool's context
 
     async def run(self, headers: RequestHeaders, receive: Receive, client: ClientAnswer) -> UpstreamCall | None:
         tenant = self.authenticate(headers)
@@ -114,6 +119,7 @@ class Preparation:
         self.admitted = admission.prepare(tenant.admission, prompt.body, prompt.pieces, tenant.name,
                                           self.dialect.endpoint, counted=self.effects)
         prompt.admitted = self.admitted.body if self.admitted.capped else None
+        self.prompt_tokens = self.admitted.prompt_tokens
         self.admitted.may_cut = self.gateway.upstreams.continues and self.dialect.may_cut(prompt.body)
 
     def choose_pool(self, view: RequestView, headers: RequestHeaders) -> Pool:
@@ -140,11 +146,29 @@ class Preparation:
                          answers=dialect.answers_cached and tenant.answer_ttl is not None
                          and gateway.answers is not None,
                          announce_pool=gateway.upstreams.routes_by_length or headers.pool is not None,
-                         priority=self.prediction.p50 if pool.priority_hints and self.prediction else None)
+                         priority=self.prediction.p50 if pool.priority_hints and self.prediction else None,
+                         room=self.room(view, prompt, pool))
         shaped = shape_body(prompt.raw, prompt.body, prompt.changed, plan)
         if isinstance(shaped, Rejection):
             raise Refused(shaped)
+        self.headers.output_clamped(shaped.clamped)
         return Planned(plan, shaped)
+
+    def room(self, view: RequestView, prompt: Prompt, pool: Pool) -> int | None:
+        """The most output that fits ``pool``'s context after the prompt (``output_room``), where the pool knows
+        its context and the request's cap (its own, or the pool's default) may not fit it; the prompt is counted
+        once (admission's count, where it made one)."""
+        length = pool.context_length(view.model)
+        if length is None or prompt.pieces is None:
+            return None
+        asked = requested_output(prompt.body, view.output_fields)[1]
+        cap = asked if asked is not None else pool.max_tokens_default
+        if cap is None or surely_fits(cap, text_bytes(prompt.pieces), length):
+            return None
+        counter = self.gateway.admission.counter
+        if self.prompt_tokens is None:
+            self.prompt_tokens = counter.count(prompt.pieces)
+        return output_room(length, self.prompt_tokens, counter.exact)
 
     async def charge(self, shaped: ShapedBody, tenant: TenantPolicy, pool: Pool, *, announce: bool) -> None:
         """The tenant's rate limits, for the body as it will be sent (its max_tokens bounds the

@@ -71,6 +71,8 @@ class Pool:
         self.recall = ShortRecall(config.short_threshold) if config.output == "short" else None
         self.priority_hints = config.priority_hints  # send vLLM's priority: the predicted output tokens
         self.max_tokens_limit, self.max_tokens_default = config.max_tokens_limit, config.max_tokens_default
+        self.max_model_len = config.max_model_len  # the engines' context, as configured
+        self.model_lengths: dict[str, int] = {}  # each model's context, as its engines answer (``fetch_models``)
         self.stream_keepalive = config.stream_keepalive  # seconds between SSE comments while a stream waits
         self.gate: PoolGate | None = None  # set when the pool caps its in-flight requests
         if config.max_in_flight is not None:
@@ -88,6 +90,11 @@ class Pool:
         if self.max_tokens_limit is None and self.max_tokens_default is None:
             return None
         return TokenCaps(self.max_tokens_limit, action, self.max_tokens_default, source=f"pool '{self.name}'")
+
+    def context_length(self, model: str) -> int | None:
+        """The most prompt and output tokens this pool's engines take for ``model``: as configured, else as
+        they said; None where neither is known (no output cap is lowered to fit then)."""
+        return self.max_model_len or self.model_lengths.get(model)
 
     @property
     def catch_all(self) -> bool:

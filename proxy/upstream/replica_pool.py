@@ -159,11 +159,13 @@ class ReplicaPool(Pool):
         return in_flight, healthy
 
     async def fetch_models(self, timeout: float) -> list[dict[str, Any]]:
-        """Model cards from every replica that answers; also refreshes the discovered set."""
+        """Model cards from every replica that answers; also refreshes the discovered set and each model's
+        context (vLLM's ``max_model_len``: the shortest where replicas differ, as a request may go to any)."""
         answers = await asyncio.gather(
             *(r.transport.get(r.base_url + "/models", timeout) for r in self.replicas), return_exceptions=True
         )
         cards: dict[str, dict[str, Any]] = {}
+        lengths: dict[str, int] = {}
         for answer in answers:
             if isinstance(answer, tuple) and answer[0] == 200:
                 try:
@@ -173,8 +175,12 @@ class ReplicaPool(Pool):
                 for card in data:
                     if isinstance(card, dict) and isinstance(card.get("id"), str):
                         cards.setdefault(card["id"], card)
+                        length = card.get("max_model_len")
+                        if isinstance(length, int) and not isinstance(length, bool) and length > 0:
+                            lengths[card["id"]] = min(length, lengths.get(card["id"], length))
         if cards:
             self.discovered_models = frozenset(cards)
+            self.model_lengths = lengths
         if self.declared_models:
             return [cards.get(m) or {"id": m, "object": "model", "owned_by": "prefixgate"}
                     for m in sorted(self.declared_models)]

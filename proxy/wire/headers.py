@@ -27,6 +27,7 @@ TEMPLATED = b"x-prefixgate-templated"  # system text made the tenant's canonical
 PASSAGES = b"x-prefixgate-passages"  # passages retrieval added, or "error"
 ANSWER_CACHE = b"x-prefixgate-answer-cache"  # "hit" (replayed) or "miss" (stored once answered)
 DEGRADED = b"x-prefixgate-degraded"  # answered with the retrieved passages instead, and why
+OUTPUT_CLAMPED = b"x-prefixgate-output-clamped"  # the output cap, lowered to what the engine's context holds
 SERVER_TIMING = b"server-timing"  # retrieval's stages
 # OpenAI's, for each of a tenant's rate limits: its size per minute, what is left of it, when it has room again.
 RATELIMIT: dict[str, tuple[bytes, bytes, bytes]] = {
@@ -107,6 +108,13 @@ class ResponseHeaders(list[tuple[bytes, bytes]]):
 
     def degraded(self, reason: str) -> None:
         self.append((DEGRADED, reason.encode()))
+
+    def output_clamped(self, cap: int | None) -> None:
+        """The output cap sent, where it was lowered to fit the pool's context (``fit_output``); None: it was not.
+        A request planned again for another pool (an overflow) says what that pool's plan did."""
+        self[:] = [header for header in self if header[0] != OUTPUT_CLAMPED]
+        if cap is not None:
+            self.append((OUTPUT_CLAMPED, str(cap).encode()))
 
 
 def reset_text(seconds: float) -> str:

@@ -92,12 +92,14 @@ def test_stream_through_proxy_matches_engine_framing(embedded: Embedded) -> None
 
 
 def test_engine_errors_pass_through(embedded: Embedded) -> None:
-    too_long = {"model": embedded.model, "messages": MESSAGES, "max_tokens": 100_000}
-    direct = httpx.post(embedded.engine + "/v1/chat/completions", json=too_long, timeout=30)
-    proxied = httpx.post(embedded.proxy + "/v1/chat/completions", json=too_long, timeout=30)
+    # more log-probabilities than the engine gives (a cap above its context the gateway lowers to fit instead)
+    too_many = {"model": embedded.model, "messages": MESSAGES, "max_tokens": 4, "logprobs": True,
+                "top_logprobs": 1000}
+    direct = httpx.post(embedded.engine + "/v1/chat/completions", json=too_many, timeout=30)
+    proxied = httpx.post(embedded.proxy + "/v1/chat/completions", json=too_many, timeout=30)
     assert proxied.status_code == direct.status_code == 400
     assert proxied.json() == direct.json()
-    unknown = httpx.post(embedded.proxy + "/v1/chat/completions", json={**too_long, "model": "nope"})
+    unknown = httpx.post(embedded.proxy + "/v1/chat/completions", json={**too_many, "model": "nope"})
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config.load import ConfigError, build_config, config_from_dump, dump_config, load_config
+from proxy.config.load import ConfigError, build_config, config_from_dump, dump_config, load_config, with_engine_pool
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -160,6 +160,25 @@ def test_the_embedded_tiny_model_parses_tool_calls_and_writes_compact_json_unles
     plain = build_config({"engine": {"tool_call_parser": "none", "compact_json": False, "extra_args": ["--seed", "1"]}},
                          env={}, source="test")
     assert plain.engine.vllm_args() == ["--seed", "1"]
+
+
+def test_the_embedded_pool_knows_its_context_counts_with_its_model_and_caps_output_by_default(tmp_path: Path) -> None:
+    """An agent's ~45,000-token prompt and 32,000-token answer fit the tiny model's context; a request that names
+    no cap (Codex) gets 1,024 tokens rather than the rest of the context; its prompt is counted with the model's own
+    tokenizer, which the estimate undercounts twice over."""
+    (tmp_path / "tokenizer.json").write_text("{}")
+    config = with_engine_pool(load_config(None, env={}), "http://127.0.0.1:9/v1", "tiny", tmp_path)
+    [pool] = config.pools
+    assert config.engine.max_model_len == pool.max_model_len == 65_536
+    assert pool.max_tokens_default == config.engine.default_max_tokens == 1024
+    assert config.tokenizer == str(tmp_path / "tokenizer.json")
+    own = tmp_path / "own.json"
+    own.write_text("{}")
+    told = build_config({"engine": {"default_max_tokens": None, "max_model_len": 8192}, "tokenizer": str(own)},
+                        env={}, source="test")
+    config = with_engine_pool(told, "http://127.0.0.1:9/v1", "tiny", tmp_path)
+    assert (config.pools[0].max_tokens_default, config.pools[0].max_model_len) == (None, 8192)
+    assert config.tokenizer == str(own)  # the operator's tokenizer stands
 
 
 def test_a_model_of_ones_own_gets_only_the_parser_named_for_it(tmp_path: Path) -> None:
