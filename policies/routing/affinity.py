@@ -54,6 +54,12 @@ def prefix_key(pieces: Pieces, model: str, salt: str | None, chars: int) -> int:
     return _hash64("\x00".join((model, salt or "", "".join(head))).encode("utf-8", "surrogatepass"))
 
 
+def session_key(session: str, model: str, salt: str | None) -> int:
+    """A named session's key on the ring (``policies.routing.sessions``), in place of its prompt's: with the
+    model and the salt, as an engine shares blocks only within them."""
+    return _hash64("\x00".join((model, salt or "", "session", session)).encode("utf-8", "surrogatepass"))
+
+
 class HashRing:
     """Points of each replica on a 64-bit ring; built once per pool from its replica names."""
 

@@ -25,6 +25,7 @@ from policies.admission.token_caps import requested_output
 from policies.answers.answer_cache import answer_key
 from policies.refusals import Refused, Rejection
 from policies.request.types import RequestView
+from policies.routing.sessions import body_session
 from proxy.admission.request_admission import AdmissionHold, Admitted
 from proxy.admission.token_count import text_bytes
 from proxy.auth.tenants import TenantPolicy
@@ -47,7 +48,7 @@ class Preparation:
     """One request's way from its headers to an ``UpstreamCall``; each step is one method."""
 
     __slots__ = ("admitted", "dialect", "effects", "gateway", "headers", "mark", "prediction", "prompt_tokens",
-                 "reason", "record")
+                 "reason", "record", "session")
 
     def __init__(self, gateway: Gateway, dialect: Dialect, record: RequestRecord, *, effects: bool = True) -> None:
         self.gateway = gateway
@@ -60,6 +61,7 @@ class Preparation:
         self.reason = "model"  # why the pool was chosen
         self.prediction: Prediction | None = None  # admission's length prediction
         self.prompt_tokens: int | None = None  # the prompt counted, once: by admission, or for a pool's context
+        self.session: str | None = None  # the agent session the request names: its replica (``body_session``)
 
     async def run(self, headers: RequestHeaders, receive: Receive, client: ClientAnswer) -> UpstreamCall | None:
         tenant = self.authenticate(headers)
@@ -87,6 +89,7 @@ class Preparation:
         """The body within the size cap, decoded once, within the input limits, validated (``Dialect.read``)."""
         raw = await read_body(receive, headers.length, self.gateway.config.server.max_body_bytes)
         view = self.dialect.read(raw, self.gateway)
+        self.session = headers.session or body_session(view.body)
         record = self.record
         self.mark = record.stage("request", self.mark)
         if record.entry is not None:
@@ -252,11 +255,11 @@ class Preparation:
         """The request as it goes to ``pool``: the body as planned for it, and the prompt's place among
         its replicas (``Pool.place``: the key on their ring, the blocks each one's engine holds)."""
         if planned is None:
-            placement = pool.place(prompt.pieces, prompt.body, view.model, None)
+            placement = pool.place(prompt.pieces, prompt.body, view.model, None, self.session)
             return Outgoing(self.record.route, prompt.raw, view.stream, view.model, placement, self.headers,
                             prompt.fallback)
         plan, sent = planned.plan, planned.shaped.body
-        placement = pool.place(prompt.pieces, self.dialect.placed(prompt, sent), view.model, plan.salt)
+        placement = pool.place(prompt.pieces, self.dialect.placed(prompt, sent), view.model, plan.salt, self.session)
         return Outgoing(self.record.route, planned.shaped.raw, view.stream, view.model, placement, self.headers,
                         prompt.fallback, hide_usage=plan.ask_usage,
                         tap=self.dialect.tap(self.gateway, tenant, sent, prompt))

@@ -114,8 +114,10 @@ class Pool:
         """Requests in flight and queued, per replica; a pool without replicas counts its queue's."""
         return 0.0 if self.gate is None else float(self.gate.in_flight + self.gate.queue.size)
 
-    def place(self, pieces: Pieces | None, body: dict[str, Any], model: str, salt: str | None) -> Placement:
-        """What ``pick`` reads of a prompt; a pool without replicas places it nowhere."""
+    def place(self, pieces: Pieces | None, body: dict[str, Any], model: str, salt: str | None,
+              session: str | None = None) -> Placement:
+        """What ``pick`` reads of a prompt (of the session it names, if it does); a pool without replicas places
+        it nowhere."""
         return NOWHERE
 
     def pick(self, placement: Placement = NOWHERE) -> Picked | None:

@@ -17,7 +17,7 @@ import orjson
 
 from policies.prompt.stable_prefix import Pieces
 from policies.refusals import Refused, Shed, ShedReason
-from policies.routing.affinity import HashRing, prefix_key
+from policies.routing.affinity import HashRing, prefix_key, session_key
 from policies.routing.health import EjectionRules, usable
 from policies.routing.replica import ReplicaReason, pick_replica
 from proxy.clock import Clock
@@ -79,10 +79,14 @@ class ReplicaPool(Pool):
         """The prompt's key on this pool's ring; None where the pool does not balance by prefix."""
         return prefix_key(pieces, model, salt, self._affinity_chars) if self._affine else None
 
-    def place(self, pieces: Pieces | None, body: dict[str, Any], model: str, salt: str | None) -> Placement:
-        """What ``pick`` reads of a prompt (``Placement``): its key on the ring, and how many of its leading
-        blocks each replica's engine holds (``balance: kv_events``)."""
-        key = None if pieces is None else self.affinity_key(pieces, model, salt)
+    def place(self, pieces: Pieces | None, body: dict[str, Any], model: str, salt: str | None,
+              session: str | None = None) -> Placement:
+        """What ``pick`` reads of a prompt (``Placement``): its key on the ring (its session's, where it names one:
+        ``session_key``), and how many of its leading blocks each replica's engine holds (``balance: kv_events``)."""
+        if pieces is None or not self._affine:
+            key = None
+        else:
+            key = session_key(session, model, salt) if session is not None else self.affinity_key(pieces, model, salt)
         if key is None:
             return NOWHERE
         if self.kv is None:

@@ -12,12 +12,15 @@ from dataclasses import dataclass
 from starlette.types import Scope
 
 from policies.refusals import LimitState
+from policies.routing.sessions import MAX_SESSION_CHARS
 
 # From clients.
 API_KEY = b"x-api-key"  # Anthropic's clients send their key here rather than as Authorization: Bearer
 API_KEY_NAME = API_KEY.decode()
 RETRIEVAL = b"x-prefixgate-retrieval"  # "off": this request goes without added context
 POOL = b"x-prefixgate-pool"  # the pool to use; in answers: the pool that took it
+# The session an agent names (Claude Code's; the Codex CLI's, in both spellings): its replica (``session_key``).
+SESSION_HEADERS = (b"x-claude-code-session-id", b"session-id", b"session_id")
 TENANT = b"x-prefixgate-tenant"  # the admin's route explain: whose request this is
 # In answers.
 OVERFLOW = b"x-prefixgate-overflow"  # the pool that shed the request to the one that took it
@@ -57,10 +60,11 @@ class RequestHeaders:
     length: bytes | None = None
     retrieval: bool = True  # not turned off by x-prefixgate-retrieval
     pool: str | None = None  # the pool x-prefixgate-pool names
+    session: str | None = None  # the session an agent's header names
 
     @classmethod
     def of(cls, scope: Scope) -> RequestHeaders:
-        authorization = api_key = length = pool = None
+        authorization = api_key = length = pool = session = None
         retrieval = True
         for name, value in scope["headers"]:
             if name == b"authorization":
@@ -73,7 +77,9 @@ class RequestHeaders:
                 retrieval = value.strip().lower() != b"off"
             elif name == POOL:
                 pool = value.decode("latin-1").strip()
-        return cls(authorization_of(authorization, api_key), length, retrieval, pool)
+            elif name in SESSION_HEADERS:
+                session = value.decode("latin-1").strip()[:MAX_SESSION_CHARS] or None
+        return cls(authorization_of(authorization, api_key), length, retrieval, pool, session)
 
 
 class ResponseHeaders(list[tuple[bytes, bytes]]):
