@@ -14,7 +14,8 @@ Behaviours by model name:
   fake-500          answers 500
   fake-slow-stream  waits ``fake_first_ms`` before the first chunk
 
-``POST /v1/responses`` answers in the Responses API's framing (tests/support/fake_responses.py).
+``POST /v1/responses`` answers in the Responses API's framing (tests/support/fake_responses.py), ``POST
+/v1/messages`` in the Messages API's (tests/support/fake_messages.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from tests.support import fake_responses
+from tests.support import fake_messages, fake_responses
 
 Scope = dict[str, Any]
 
@@ -131,6 +132,8 @@ class FakeUpstream:
         try:
             if path.endswith("/responses"):
                 await self._responses(request, send)
+            elif path.endswith("/messages"):
+                await self._messages(request, send)
             else:
                 await self._generate(request, receive, send)
         finally:
@@ -184,6 +187,19 @@ class FakeUpstream:
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})
         for event in fake_responses.stream_events(request, tokens):
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _messages(self, request: dict[str, Any], send: Any) -> None:
+        """The Messages API: a whole message, or its events."""
+        tokens = int(request.get("max_tokens") or 16)
+        self.stats.completed += 1
+        if not request.get("stream"):
+            await _respond(send, 200, orjson.dumps(fake_messages.message(request, tokens)))
+            return
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})
+        for event in fake_messages.stream_events(request, tokens):
             await send({"type": "http.response.body", "body": event, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
