@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec triton
 	touch $(STAMP)
 
-.PHONY: install serve test bench redis-server prometheus wrk
+.PHONY: install serve test bench redis-server prometheus wrk agents
 install: $(STAMP)
 
 serve: $(STAMP)
@@ -33,8 +33,18 @@ prometheus:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
+# The coding agents' CLIs, as pinned in tests/agents/package-lock.json (npm; Node from Debian when missing).
+AGENT_CLIS := tests/agents/node_modules/.installed-stamp
+$(AGENT_CLIS): tests/agents/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq nodejs npm >/dev/null; }
+	npm ci --prefix tests/agents --no-audit --no-fund --loglevel=error
+	touch $(AGENT_CLIS)
+agents: $(AGENT_CLIS)
+
 # The type check first ([tool.mypy] in pyproject.toml: proxy/ and policies/): a type error fails the target.
-test: $(STAMP) redis-server prometheus
+test: $(STAMP) redis-server prometheus agents
 	$(PY) -m mypy
 	$(PY) -m pytest $(ARGS)
 

@@ -78,7 +78,10 @@ class _Mover:
         self.templated = 0
 
     def system(self, text: str) -> str:
-        """A system message: canonical form, spans moved, then a matching template's canonical preamble."""
+        """A system message: its git snapshot moved, canonical form, spans moved, then a matching template's
+        canonical preamble."""
+        if "gitStatus" in text:
+            text = self.snapshot(text)
         text = self.canonical(text) if self.policy.canonical else self.raw(text)
         if self.policy.templates:
             applied = apply_template(text, self.policy.templates)
@@ -149,9 +152,11 @@ class _Mover:
         return "".join(pieces)
 
     def snapshot(self, block: str) -> str:
-        """A harness block's git snapshot (branch, status, recent commits: new with every commit) moved whole to
-        the note, a marker in its place; an agent's first turn is then the same across sessions up to the user's
-        own text. The kind is ``git_status``: a tenant's ``actions`` may strip it or keep it."""
+        """A coding agent's git snapshot in system text (branch, status, recent commits: new with every commit)
+        moved whole to the note, a marker in its place, so the system text, and the tools that templates render
+        after it, stay cached from one session to the next. The kind is ``git_status``: a tenant's ``actions``
+        may strip it or keep it. (Where the agent puts it in its first user turn instead, after the system text
+        and tools, it stays: each later turn would prefill it again in the note, more than a new session saves.)"""
         found = _GIT_SNAPSHOT.search(block)
         action = self.policy.actions.get("git_status", self.policy.volatile)
         if found is None or action == "keep":
@@ -205,21 +210,21 @@ def _has_harness_block(content: Any) -> bool:
 
 
 _HARNESS_OPENINGS = tuple(opening for opening, _ in HARNESS_BLOCKS)
-# Claude Code's git snapshot in its first turn's reminder: a heading, the branch and status, then its recent
+# A coding agent's git snapshot (Claude Code's gitStatus): a heading, the branch and status, then its recent
 # commits, to the blank line after them (what follows is the harness's own fixed text).
 _GIT_SNAPSHOT = re.compile(r"^(?:# gitStatus|gitStatus:)[^\n]*\n(?:[^\n]*\n)*?Recent commits:\n(?:[^\n]+\n?)*",
                            re.MULTILINE)
 
 
 def _in_harness_block(mover: _Mover, rest: Callable[[str], str] | None, text: str) -> str:
-    """A harness block that opens ``text`` (to its closing tag) with its git snapshot and volatile spans moved;
-    the rest of the text through ``rest`` (the history's rule), or as it was."""
+    """A harness block that opens ``text`` (to its closing tag) with its volatile spans moved; the rest of the text
+    through ``rest`` (the history's rule), or as it was."""
     for opening, closing in HARNESS_BLOCKS:
         if text.startswith(opening):
             end = text.find(closing)
             end = len(text) if end < 0 else end + len(closing)
             tail = text[end:]
-            return mover.raw(mover.snapshot(text[:end])) + (rest(tail) if rest is not None and tail else tail)
+            return mover.raw(text[:end]) + (rest(tail) if rest is not None and tail else tail)
     return rest(text) if rest is not None else text
 
 

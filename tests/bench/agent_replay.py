@@ -16,11 +16,16 @@ not the replay's), and each way runs under a cache salt of its own, so the three
 its cache. The hit rate is the engine's own count: ``cache_read_input_tokens`` (Messages) or ``cached_tokens``
 (Responses) over the prompt's tokens, which vLLM reports with ``--enable-prompt-tokens-details``.
 
-Two steps, so the engine side needs nothing but Python's standard library (a lent GPU machine has no prefixgate):
+Steps, so the engine side needs nothing but Python's standard library (a lent GPU machine has no prefixgate):
 
     .venv/bin/python tests/bench/agent_replay.py prepare --out bench-out/agent_requests.jsonl.gz
     python3 tests/bench/agent_replay.py replay --requests bench-out/agent_requests.jsonl.gz \\
-        --engine http://127.0.0.1:8000 --model m --rounds 3 --out bench-out/agent_replay.json
+        --engine http://127.0.0.1:8000 --model m --rounds 3 --reset --out bench-out/agent_replay.json
+    .venv/bin/python tests/bench/agent_replay.py publish bench-out/agent_replay.json --label cpu_merged
+
+``cpu-replay`` does the second step on this machine's CPU: it starts the tiny model's vLLM engine itself (a
+65,536-token context, with ``--template``: a chat template of the bench's own, else the model's), replays, and
+stops it. ``tests/bench/gpu_agent_replay.sh`` does it on a lent GPU.
 """
 
 from __future__ import annotations
@@ -191,7 +196,26 @@ def replay(requests: Path, origin: str, model: str, rounds: int, agents: list[st
                                 **result})
                 print(json.dumps(results[-1]), flush=True)
     out.write_text(json.dumps({"engine": origin, "model": model, "rounds": rounds, "caption": _caption(origin),
+                               "date": time.strftime("%Y-%m-%d"),
                                "results": results, "summary": summary(results)}, indent=1))
+
+
+def _cpu_and_cores() -> str:
+    import os
+    import platform
+
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.lower().startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() \
+        else platform.processor()
+    gpu = ""
+    try:
+        import subprocess
+
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=10).stdout.strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        pass
+    return f"{gpu + ', ' if gpu else ''}{len(os.sched_getaffinity(0))} cores of {model}"
 
 
 def _caption(origin: str) -> dict[str, Any]:
@@ -199,7 +223,8 @@ def _caption(origin: str) -> dict[str, Any]:
     import platform
 
     parts = urlsplit(origin)
-    caption: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine()}
+    caption: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine(),
+                               "where": _cpu_and_cores()}
     try:
         connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
         connection.request("GET", "/version")
@@ -259,6 +284,50 @@ def table(result: Path) -> str:
     return "\n".join(lines)
 
 
+def cpu_replay(requests: Path, template: Path | None, rounds: int, out: Path) -> None:
+    """``replay`` against the tiny model's vLLM CPU engine, started here and stopped after."""
+    import tempfile
+
+    sys.path.insert(0, str(HERE.parents[1]))
+    from proxy.engine.process import LocalEngine, free_port
+    from proxy.engine.tiny_model import ensure_tiny_model
+
+    with tempfile.TemporaryDirectory() as data_dir:
+        args = ["--enable-auto-tool-choice", "--tool-call-parser", "pythonic"]
+        if template is not None:
+            args += ["--chat-template", str(template)]
+        engine = LocalEngine(ensure_tiny_model(data_dir), served_model_name="m", port=free_port(),
+                             log_path=Path(data_dir) / "engine.log", kv_cache_gib=2, extra_args=args,
+                             extra_env={"VLLM_SERVER_DEV_MODE": "1"})
+        engine.start()
+        try:
+            engine.wait_ready(600)
+            replay(requests, engine.origin, "m", rounds, ["claude_code"], out, 600, reset=True)
+        finally:
+            engine.stop()
+
+
+def publish(result: Path, label: str, argv: list[str]) -> None:
+    """The result as docs/agent_replay_LABEL.json, with its caption, and its table in docs/benchmarks.md."""
+    sys.path.insert(0, str(HERE.parents[1]))
+    from datetime import date
+
+    from tests.bench import machine
+    from tests.bench.report import portable, write_block
+
+    data = portable(json.loads(result.read_text()))
+    caption = data.get("caption", {})
+    where = caption.get("where") or machine.machine()
+    meta = {"date": data.get("date") or date.today().isoformat(), "where": where, "engine": caption,
+            "rounds": data["rounds"], "output_tokens": OUTPUT_TOKENS, "command": " ".join(argv)}
+    docs = HERE.parents[1] / "docs"
+    (docs / f"agent_replay_{label}.json").write_text(json.dumps({"meta": meta, **data}, indent=1) + "\n")
+    text = (f"Run of {meta['date']} on {where}, vLLM {caption.get('vllm')}; {data['rounds']} rounds, each way from an "
+            f"empty prefix cache; {OUTPUT_TOKENS} output tokens a turn. Median of the rounds (range). "
+            f"`docs/agent_replay_{label}.json`.\n\n" + table(result))
+    write_block(docs / "benchmarks.md", f"agent_replay_{label}", text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     steps = parser.add_subparsers(dest="step", required=True)
@@ -277,9 +346,22 @@ def main() -> None:
     sent.add_argument("--out", type=Path, required=True)
     shown = steps.add_parser("table")
     shown.add_argument("result", type=Path)
+    cpu = steps.add_parser("cpu-replay")
+    cpu.add_argument("--requests", type=Path, required=True)
+    cpu.add_argument("--template", type=Path, help="a chat template for the engine (default: the model's)")
+    cpu.add_argument("--rounds", type=int, default=3)
+    cpu.add_argument("--out", type=Path, required=True)
+    published = steps.add_parser("publish")
+    published.add_argument("result", type=Path)
+    published.add_argument("--label", required=True)
+    published.add_argument("--command", required=True, help="the command that made the result, as run")
     args = parser.parse_args()
     if args.step == "table":
         print(table(args.result))
+    elif args.step == "cpu-replay":
+        cpu_replay(args.requests, args.template, args.rounds, args.out)
+    elif args.step == "publish":
+        publish(args.result, args.label, [args.command])
     elif args.step == "prepare":
         prepare(args.out, args.agents.split(","))
     else:

@@ -96,16 +96,16 @@ SNAPSHOT = ("# gitStatus\nThis is the git status at the start of the conversatio
             "Status:\n M calc.py\n\nRecent commits:\n7c50257 Add README and main\nf40b4d5 Add subtraction")
 
 
-def test_the_git_snapshot_in_the_first_turns_reminder_moves_whole_to_the_note() -> None:
-    """A new commit changes Claude Code's first turn in its git snapshot: moved to the note (marker in place), the
-    turn is the same across sessions up to the user's own words."""
+def test_a_git_snapshot_in_the_system_text_moves_whole_to_the_note_and_one_in_the_first_turn_stays() -> None:
+    """A new commit changes an agent's git snapshot. At the end of the system text (Claude Code's earlier layout)
+    it would take the tools after it out of the cache with it: moved to the note, a marker in its place. In the
+    first turn's reminder (its current layout), after the system text and tools, it stays: each later turn would
+    prefill it again in the note."""
+    system = [{"type": "text", "text": "You are an agent.\n\n" + SNAPSHOT + "\n"}]
+    rewrite = rewrite_messages(_body(system=system), PromptPolicy())
+    assert rewrite.body["system"] == [{"type": "text", "text": "You are an agent.\n\n[ref 1]\n"}]
+    assert rewrite.body["messages"][-1]["content"] == f"Fix it.\n\n{NOTE_HEADER}\n[ref 1] = {SNAPSHOT}"
+    kept = rewrite_messages(_body(system=system), PromptPolicy(actions={"git_status": "keep"}))
+    assert SNAPSHOT in kept.body["system"][0]["text"] and kept.moved == 0
     first = {"role": "user", "content": [{"type": "text", "text": GIT_REMINDER}, {"type": "text", "text": "Fix."}]}
-    rewrite = rewrite_messages(_body(messages=[first]), PromptPolicy())
-    content = rewrite.body["messages"][0]["content"]
-    assert content[0]["text"] == GIT_REMINDER.replace(SNAPSHOT, "[ref 1]")
-    assert content[-1]["text"] == f"{NOTE_HEADER}\n[ref 1] = {SNAPSHOT}"
-    later = _body(messages=[first, {"role": "assistant", "content": "Done."}, {"role": "user", "content": "More."}])
-    moved_again = rewrite_messages(later, PromptPolicy()).body["messages"]
-    assert moved_again[0]["content"][0] == content[0]  # the same in every turn of the session
-    kept = rewrite_messages(_body(messages=[first]), PromptPolicy(actions={"git_status": "keep"}))
-    assert not kept.changed
+    assert not rewrite_messages(_body(messages=[first]), PromptPolicy()).changed
