@@ -1,8 +1,10 @@
-"""Claude Code, unchanged (the CLI pinned in tests/agents/package-lock.json, installed by `make test`), against a
-real engine through prefixgate: two turns of `claude -p`, the second with `--continue`, both finishing without an
-error, and the second turn's prompt (some 28,000 of the tiny model's tokens: its tools, system text and the first
-turn) read from the engine's prefix cache, by the engine's own metrics.
+"""Claude Code and the Codex CLI, unchanged (pinned in tests/agents/package-lock.json, installed by `make test`),
+against a real engine through prefixgate: two turns each (`claude -p`, then `--continue`; `codex exec`, then
+`codex exec resume --last`), all finishing without an error, and each second turn's prompt (Claude Code's some
+28,000 of the tiny model's tokens: its tools, system text and first turn) read from the engine's prefix cache, by
+the engine's own metrics.
 
+Codex names the model (here the engine's), so it sends its tools as plain Responses tools, which vLLM takes.
 Claude Code reports an answer that stops at its ``max_tokens`` as an error, and the tiny model's random words never
 end by themselves. So the engine here serves the tiny model with one in twenty of its tokens as end-of-answer
 tokens (its ``generation_config.json``), and Claude Code's sampled answers end within some tens of tokens, as a real
@@ -72,4 +74,36 @@ def test_claude_code_finishes_two_turns_and_the_second_finds_its_prefix_cached(
     assert second.returncode == 0, second.stderr[-2000:] + second.stdout[-2000:]
     more_hits, more_queries = _engine_cache(ending_engine)
     assert more_queries - queries > 20_000  # the second turn's whole prompt, at least
+    assert (more_hits - hits) / (more_queries - queries) > 0.9
+
+
+CODEX = AGENTS / "node_modules" / ".bin" / "codex"
+
+
+def _codex(gateway: str, model: str, home: Path, project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    (home / ".codex").mkdir(parents=True, exist_ok=True)
+    (home / ".codex" / "config.toml").write_text(
+        f'model_provider = "prefixgate"\nmodel = "{model}"\n\n[model_providers.prefixgate]\nname = "prefixgate"\n'
+        f'base_url = "{gateway}/v1"\nenv_key = "PREFIXGATE_API_KEY"\nwire_api = "responses"\n')
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "PREFIXGATE_API_KEY": "sk-agent-0123456789",
+           "TERM": "xterm", "LANG": "C.UTF-8", "SHELL": "/bin/bash"}
+    return subprocess.run([str(CODEX), "exec", "--skip-git-repo-check", *args], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+
+
+def test_codex_finishes_two_turns_and_the_second_finds_its_prefix_cached(
+        ending_engine: LocalEngine, start_proxy: Callable[..., str], tmp_path: Path) -> None:
+    assert CODEX.exists(), "Codex is not installed: `make agents` installs tests/agents/package-lock.json"
+    model = ending_engine.served_model_name
+    gateway = start_proxy({"pools": [{"name": "engine", "replicas": [ending_engine.base_url], "models": [model]}]})
+    home, project = tmp_path / "home", tmp_path / "project"
+    project.mkdir()
+    (project / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    first = _codex(gateway, model, home, project, "Add a multiply function to calc.py")
+    assert first.returncode == 0, first.stderr[-2000:] + first.stdout[-2000:]
+    hits, queries = _engine_cache(ending_engine)
+    second = _codex(gateway, model, home, project, "resume", "--last", "Now add a docstring")
+    assert second.returncode == 0, second.stderr[-2000:] + second.stdout[-2000:]
+    more_hits, more_queries = _engine_cache(ending_engine)
+    assert more_queries - queries > 5_000
     assert (more_hits - hits) / (more_queries - queries) > 0.9
