@@ -12,7 +12,9 @@
 #   tests/bench/agent_capture_sessions.sh            # needs: npm install in tests/agents; apt-get install faketime
 #
 # Env: PORT (8765), REPO (/tmp/agentrepo), SCRATCH (/var/tmp/agent-capture; Codex refuses to put its helper
-# binaries under /tmp, so the homes live elsewhere), OUT (tests/bench/agent_sessions).
+# binaries under /tmp, so the homes live elsewhere), OUT (tests/bench/agent_sessions), CLIS (the CLIs to capture:
+# "claude codex"), CODEX_MODEL (the model Codex is told to use, as a self-hosted user names theirs: "local-model";
+# for a model it does not know, Codex sends plain Responses tools, as vLLM takes them).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -23,6 +25,8 @@ REPO=${REPO:-/tmp/agentrepo}
 SCRATCH=${SCRATCH:-/var/tmp/agent-capture}
 OUT=${OUT:-$ROOT/tests/bench/agent_sessions}
 KEY=sk-test
+CLIS=${CLIS:-claude codex}
+CODEX_MODEL=${CODEX_MODEL:-local-model}
 LIBFAKETIME=${LIBFAKETIME:-/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1}
 NEXT_DAY_TZ='<+2359>-23:59'
 
@@ -117,6 +121,7 @@ write_codex_config() {
   mkdir -p "$SCRATCH/home-codex/.codex"
   cat > "$SCRATCH/home-codex/.codex/config.toml" <<EOF
 model_provider = "capture"
+model = "$CODEX_MODEL"
 
 [model_providers.capture]
 name = "capture"
@@ -150,5 +155,5 @@ capture() {  # cli: claude or codex; name: claude_code or codex
 mkdir -p "$SCRATCH" "$OUT"
 remember_semaphores
 "$BIN/claude" --version && "$BIN/codex" --version
-capture claude claude_code
-capture codex codex
+case " $CLIS " in *" claude "*) capture claude claude_code ;; esac
+case " $CLIS " in *" codex "*) capture codex codex ;; esac

@@ -284,7 +284,7 @@ def table(result: Path) -> str:
     return "\n".join(lines)
 
 
-def cpu_replay(requests: Path, template: Path | None, rounds: int, out: Path) -> None:
+def cpu_replay(requests: Path, template: Path | None, rounds: int, agents: list[str], out: Path) -> None:
     """``replay`` against the tiny model's vLLM CPU engine, started here and stopped after."""
     import tempfile
 
@@ -302,7 +302,7 @@ def cpu_replay(requests: Path, template: Path | None, rounds: int, out: Path) ->
         engine.start()
         try:
             engine.wait_ready(600)
-            replay(requests, engine.origin, "m", rounds, ["claude_code"], out, 600, reset=True)
+            replay(requests, engine.origin, "m", rounds, agents, out, 600, reset=True)
         finally:
             engine.stop()
 
@@ -333,14 +333,13 @@ def main() -> None:
     steps = parser.add_subparsers(dest="step", required=True)
     made = steps.add_parser("prepare")
     made.add_argument("--out", type=Path, required=True)
-    # Codex 0.171 sends its tools as an ``additional_tools`` input item, which vLLM 0.32 does not read yet.
-    made.add_argument("--agents", default="claude_code")
+    made.add_argument("--agents", default="claude_code,codex")
     sent = steps.add_parser("replay")
     sent.add_argument("--requests", type=Path, required=True)
     sent.add_argument("--engine", required=True, help="the engine's origin, e.g. http://127.0.0.1:8000")
     sent.add_argument("--model", required=True)
     sent.add_argument("--rounds", type=int, default=3)
-    sent.add_argument("--agents", default="claude_code")
+    sent.add_argument("--agents", default="claude_code,codex")
     sent.add_argument("--timeout", type=float, default=600)
     sent.add_argument("--reset", action="store_true", help="empty the engine's prefix cache before each way")
     sent.add_argument("--out", type=Path, required=True)
@@ -350,6 +349,7 @@ def main() -> None:
     cpu.add_argument("--requests", type=Path, required=True)
     cpu.add_argument("--template", type=Path, help="a chat template for the engine (default: the model's)")
     cpu.add_argument("--rounds", type=int, default=3)
+    cpu.add_argument("--agents", default="claude_code,codex")
     cpu.add_argument("--out", type=Path, required=True)
     published = steps.add_parser("publish")
     published.add_argument("result", type=Path)
@@ -359,7 +359,7 @@ def main() -> None:
     if args.step == "table":
         print(table(args.result))
     elif args.step == "cpu-replay":
-        cpu_replay(args.requests, args.template, args.rounds, args.out)
+        cpu_replay(args.requests, args.template, args.rounds, args.agents.split(","), args.out)
     elif args.step == "publish":
         publish(args.result, args.label, [args.command])
     elif args.step == "prepare":

@@ -298,7 +298,7 @@ def agents() -> list[Row]:
     later = [t / c for t, c in zip(*(_per_round(results, way, False, "hit") for way in ("prefixgate", "ceiling")),
                                    strict=True)]
     cost = {r["mode"]: r["agent"]["cpu_ms"] for r in load("agent_overhead")["results"]}
-    section = "Coding agents: Claude Code's sessions replayed"
+    section = "Coding agents: captured sessions replayed"
     return [
         Row("Claude Code, a new session's first-turn TTFT through prefixgate (Qwen-shaped template)",
             "straight to vLLM", spread(faster, ".1f", "x less"), f"{len(faster)} rounds", "agent_replay_cpu_merged",

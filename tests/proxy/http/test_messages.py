@@ -18,7 +18,8 @@ from starlette.testclient import TestClient
 
 from policies.prompt.cache_salt import tenant_salt
 from policies.prompt.prompt import NOTE_HEADER
-from tests.support.clock import FakeClock
+from proxy.wire.anthropic_errors import PING
+from tests.support.clock import FakeClock, settle
 from tests.support.configs import pool
 from tests.support.in_memory import in_memory_gateway
 from tests.support.metrics_text import sample_sum
@@ -220,3 +221,42 @@ def test_count_tokens_goes_to_the_engine_as_sent(client: TestClient, upstreams: 
     assert call.url == A + "/messages/count_tokens" and orjson.loads(call.body) == _body()
     refused = client.post("/v1/messages/count_tokens", json={"model": "m"}, headers={"x-api-key": ACME})
     assert refused.status_code == 400 and "'messages'" in _error(refused)["message"]
+
+
+KEEPALIVE_S = 0.01
+
+
+class SlowPrefill:
+    """Every replica's transport: the engine's first byte comes three keep-alive intervals late on the app's clock."""
+
+    def __init__(self, engine: Engine, clock: FakeClock) -> None:
+        self.engine, self.clock = engine, clock
+
+    def __call__(self, *, connect_timeout: float, headers: Any, max_connections: int, keepalive: float) -> SlowPrefill:
+        return self
+
+    async def post(self, url: str, body: bytes) -> MockReply:
+        for _ in range(3):
+            self.clock.advance(KEEPALIVE_S)
+            await settle()
+        return self.engine(url, body)
+
+    async def get(self, url: str, timeout: float) -> tuple[int, bytes]:
+        return 404, b""
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_a_waiting_stream_is_kept_alive_with_ping_events_and_ends_at_message_stop(
+        engine: Engine, tmp_path: Path) -> None:
+    clock = FakeClock()
+    config = {"pools": [pool("p", A, stream_keepalive=KEEPALIVE_S, **QUIET)]}
+    with in_memory_gateway(config, SlowPrefill(engine, clock), clock, tmp_path) as client:  # type: ignore[arg-type]
+        answer = _create(client, stream=True)
+        engine.last_event = False
+        broken = _create(client, stream=True)
+    names = [name for name, _ in _events(answer)]
+    assert names[0] == "ping" and names[-1] == "message_stop" and "message_start" in names
+    assert answer.content.startswith(PING)
+    assert [name for name, _ in _events(broken)][-1] == "error"
