@@ -84,8 +84,8 @@ def _codex(gateway: str, model: str, home: Path, project: Path, *args: str) -> s
     (home / ".codex").mkdir(parents=True, exist_ok=True)
     (home / ".codex" / "config.toml").write_text(
         f'model_provider = "prefixgate"\nmodel = "{model}"\n\n[model_providers.prefixgate]\nname = "prefixgate"\n'
-        f'base_url = "{gateway}/v1"\nenv_key = "PREFIXGATE_API_KEY"\nwire_api = "responses"\n')
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "PREFIXGATE_API_KEY": "sk-agent-0123456789",
+        f'base_url = "{gateway}/v1"\nenv_key = "AGENT_API_KEY"\nwire_api = "responses"\n')
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "AGENT_API_KEY": "sk-agent-0123456789",
            "TERM": "xterm", "LANG": "C.UTF-8", "SHELL": "/bin/bash"}
     return subprocess.run([str(CODEX), "exec", "--skip-git-repo-check", *args], cwd=project, env=env,
                           capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
