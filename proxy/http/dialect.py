@@ -56,14 +56,9 @@ class Dialect:
         rewrite = rewrite_chat(prompt.received, tenant.prompt)
         prompt.canonical = rewrite.body if rewrite.changed else None
         rewritten(rewrite, report, record, since)
-        settings = tenant.retrieval
-        if settings is not None and retrieve and gateway.retriever is not None:
-            retrieved, evidence = await add_context(gateway.retriever, tenant.name, settings, prompt.body, report,
-                                                    record)
-            if evidence is not None:
-                prompt.retrieved = retrieved
-            if settings.fallback:
-                prompt.fallback = evidence
+        evidence = await with_passages(gateway, prompt, tenant, retrieve, report, record)
+        if tenant.retrieval is not None and tenant.retrieval.fallback:
+            prompt.fallback = evidence
         prompt.pieces = chat_pieces(prompt.body)
         return rewrite.moved
 
@@ -81,6 +76,19 @@ class Dialect:
     def placed(self, prompt: Prompt, sent: dict[str, Any]) -> dict[str, Any]:
         """The body whose prompt a pool places among its replicas: the one sent."""
         return sent
+
+
+async def with_passages(gateway: Gateway, prompt: Prompt, tenant: TenantPolicy, retrieve: bool,
+                        report: ResponseHeaders, record: RequestRecord) -> str | None:
+    """The tenant's passages before the last user turn of a body with ``messages`` (where it has a collection and
+    ``retrieve``): the prompt's ``retrieved`` stage; returns the evidence added, if any."""
+    settings = tenant.retrieval
+    if settings is None or not retrieve or gateway.retriever is None:
+        return None
+    retrieved, evidence = await add_context(gateway.retriever, tenant.name, settings, prompt.body, report, record)
+    if evidence is not None:
+        prompt.retrieved = retrieved
+    return evidence
 
 
 def rewritten(rewrite: Rewrite, report: ResponseHeaders, record: RequestRecord, since: float) -> None:

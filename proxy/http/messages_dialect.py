@@ -22,10 +22,9 @@ from proxy.auth.tenants import TenantPolicy
 from proxy.calls.answer_tap import AnswerTap
 from proxy.calls.messages_answer import MessagesAnswer
 from proxy.gateway import Gateway
-from proxy.http.dialect import Dialect, rewritten
+from proxy.http.dialect import Dialect, rewritten, with_passages
 from proxy.http.prompt import Prompt
 from proxy.observability.request_record import RequestRecord
-from proxy.retrieval.context import add_context
 from proxy.upstream.pool import Pool
 from proxy.wire.anthropic_errors import ANTHROPIC_ERRORS
 from proxy.wire.headers import ResponseHeaders
@@ -47,12 +46,7 @@ class Messages(Dialect):
         rewrite = rewrite_messages(prompt.received, tenant.prompt)
         prompt.canonical = rewrite.body if rewrite.changed else None
         rewritten(rewrite, report, record, since)
-        settings = tenant.retrieval
-        if settings is not None and retrieve and gateway.retriever is not None:
-            retrieved, evidence = await add_context(gateway.retriever, tenant.name, settings, prompt.body, report,
-                                                    record)
-            if evidence is not None:
-                prompt.retrieved = retrieved
+        await with_passages(gateway, prompt, tenant, retrieve, report, record)
         prompt.conversation = messages_conversation(prompt.body)
         prompt.pieces = chat_pieces(prompt.conversation)
         return rewrite.moved

@@ -20,6 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import date
 from pathlib import Path
@@ -54,22 +55,27 @@ def payload(endpoint: str, stream: bool, tokens: int) -> dict[str, Any]:
             "stream": stream}
 
 
-def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], labels: dict[str, str]) -> str:
+    """The table: per answer mode, chat's CPU beside the other's (``labels``: each endpoint's name in it)."""
+    (base, base_label), (other, label) = labels.items()
     lines = [f"Run of {meta['date']} on {meta['where']}; {meta['rounds']} rounds of {meta['seconds']} s per cell, "
              f"wrk with 64 connections, {meta['tokens']} tokens an answer, the fake upstream answering at once; "
              f"gateway idle CPU {meta['idle_ms_per_s']:.2f} ms/s taken off. Median of the rounds (range).", "",
-             "| answer | chat CPU/request (ms) | Responses CPU/request (ms) | Responses / chat, per round | "
-             "chat req/s | Responses req/s |", "|---|---|---|---|---|---|"]
+             f"| answer | {base_label} CPU/request (ms) | {label} CPU/request (ms) | "
+             f"{label} / {base_label}, per round | {base_label} req/s | {label} req/s |", "|---|---|---|---|---|---|"]
     for row in rows:
-        chat, responses = row["chat"], row["responses"]
-        ratios = [r / c for r, c in zip(responses["cpu_ms"], chat["cpu_ms"], strict=True)]
-        lines.append(f"| {row['mode']} | {_spread(chat['cpu_ms'], '.3f')} | {_spread(responses['cpu_ms'], '.3f')} | "
-                     f"{_spread(ratios, '.2f', 'x')} | {_spread(chat['rps'], '.0f')} | "
-                     f"{_spread(responses['rps'], '.0f')} |")
+        first, second = row[base], row[other]
+        ratios = [b / a for a, b in zip(first["cpu_ms"], second["cpu_ms"], strict=True)]
+        lines.append(f"| {row['mode']} | {_spread(first['cpu_ms'], '.3f')} | {_spread(second['cpu_ms'], '.3f')} | "
+                     f"{_spread(ratios, '.2f', 'x')} | {_spread(first['rps'], '.0f')} | "
+                     f"{_spread(second['rps'], '.0f')} |")
     return "\n".join(lines)
 
 
-def main() -> None:
+def side_by_side(endpoints: dict[str, str], labels: dict[str, str], payload: Callable[[str, bool, int], dict],
+                 name: str) -> None:
+    """Measure ``endpoints`` (name: path; chat's first) through one gateway, round by round, and write ``name``'s
+    result file and block of docs/benchmarks.md."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
@@ -78,7 +84,7 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is needed: apt-get install -y wrk")
-    workdir = Path(tempfile.mkdtemp(prefix="pg-responses-bench-"))
+    workdir = Path(tempfile.mkdtemp(prefix=f"pg-{name}-"))
     script = workdir / "post.lua"
     script.write_text(WRK_SCRIPT)
     rows = []
@@ -96,28 +102,32 @@ def main() -> None:
         gateway.idle = idle_cpu_rate(process.pid)
         for stream in (False, True):
             row: dict[str, Any] = {"mode": "stream" if stream else "json",
-                                   **{name: {"cpu_ms": [], "rps": []} for name in ENDPOINTS}}
+                                   **{endpoint: {"cpu_ms": [], "rps": []} for endpoint in endpoints}}
             for index in range(args.rounds):
-                order = list(ENDPOINTS) if index % 2 == 0 else list(ENDPOINTS)[::-1]
-                for name in order:
-                    load, cpu = measure_closed(gateway, payload(name, stream, args.tokens), 64, args.seconds,
-                                               script, ENDPOINTS[name])
+                order = list(endpoints) if index % 2 == 0 else list(endpoints)[::-1]
+                for endpoint in order:
+                    load, cpu = measure_closed(gateway, payload(endpoint, stream, args.tokens), 64, args.seconds,
+                                               script, endpoints[endpoint])
                     if load.errors:
-                        sys.exit(f"{name} {row['mode']}: {load.errors} errors of {load.requests} requests")
-                    row[name]["cpu_ms"].append(cpu)
-                    row[name]["rps"].append(load.rps)
-                    print(f"round {index + 1} {row['mode']} {name}: {cpu:.3f} ms CPU/request, {load.rps:.0f} req/s",
-                          flush=True)
+                        sys.exit(f"{endpoint} {row['mode']}: {load.errors} errors of {load.requests} requests")
+                    row[endpoint]["cpu_ms"].append(cpu)
+                    row[endpoint]["rps"].append(load.rps)
+                    print(f"round {index + 1} {row['mode']} {endpoint}: {cpu:.3f} ms CPU/request, "
+                          f"{load.rps:.0f} req/s", flush=True)
             rows.append(row)
     meta = {"date": date.today().isoformat(), "where": f"{machine.machine()}", "rounds": args.rounds,
             "seconds": args.seconds, "tokens": args.tokens, "idle_ms_per_s": gateway.idle * 1000,
-            "medians": {row["mode"]: {name: statistics.median(row[name]["cpu_ms"]) for name in ENDPOINTS}
+            "medians": {row["mode"]: {endpoint: statistics.median(row[endpoint]["cpu_ms"]) for endpoint in endpoints}
                         for row in rows}}
-    table = markdown(rows, meta)
+    table = markdown(rows, meta, labels)
     print(table)
     out = Path(args.out)
-    write_result(out, "responses_overhead", meta, rows)
-    write_block(out, "responses_overhead", table)
+    write_result(out, name, meta, rows)
+    write_block(out, name, table)
+
+
+def main() -> None:
+    side_by_side(ENDPOINTS, {"chat": "chat", "responses": "Responses"}, payload, "responses_overhead")
 
 
 if __name__ == "__main__":
