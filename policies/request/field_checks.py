@@ -104,6 +104,25 @@ def typed_objects(param: str, value: Any, expected: str = "an array") -> Iterato
         yield where, item
 
 
+def role_messages(param: str, value: Any, roles: frozenset[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each message of a non-empty array, with its path, once its role is checked to be one of ``roles``."""
+    if not isinstance(value, list):
+        raise wrong_type(param, "an array", value)
+    if not value:
+        raise Invalid(param, f"Invalid '{param}': empty array. Expected an array with minimum length 1.")
+    for index, message in enumerate(value):
+        where = f"{param}[{index}]"
+        if not isinstance(message, dict):
+            raise wrong_type(where, "an object", message)
+        role = message.get("role")
+        if not isinstance(role, str):
+            raise wrong_type(f"{where}.role", "a string", role)
+        if role not in roles:
+            raise Invalid(f"{where}.role", f"Invalid value for '{where}.role': '{role[:40]}'. "
+                                            f"Supported values are: {', '.join(sorted(roles))}.")
+        yield where, message
+
+
 def content_parts(param: str, value: Any) -> None:
     """A message's content that is not a string: an array of typed parts."""
     for _ in typed_objects(param, value, "a string or an array"):

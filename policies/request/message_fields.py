@@ -19,6 +19,7 @@ from policies.request.field_checks import (
     non_empty_string,
     number_between,
     of_type,
+    role_messages,
     typed_objects,
     wrong_type,
 )
@@ -27,20 +28,7 @@ MESSAGE_ROLES = frozenset({"user", "assistant", "system"})
 
 
 def _messages(param: str, value: Any) -> None:
-    if not isinstance(value, list):
-        raise wrong_type(param, "an array", value)
-    if not value:
-        raise Invalid(param, f"Invalid '{param}': empty array. Expected an array with minimum length 1.")
-    for index, message in enumerate(value):
-        where = f"{param}[{index}]"
-        if not isinstance(message, dict):
-            raise wrong_type(where, "an object", message)
-        role = message.get("role")
-        if not isinstance(role, str):
-            raise wrong_type(f"{where}.role", "a string", role)
-        if role not in MESSAGE_ROLES:
-            raise Invalid(f"{where}.role", f"Invalid value for '{where}.role': '{role[:40]}'. "
-                                            f"Supported values are: {', '.join(sorted(MESSAGE_ROLES))}.")
+    for where, message in role_messages(param, value, MESSAGE_ROLES):
         content = message.get("content")
         if content is None:
             raise Invalid(f"{where}.content", f"Missing required parameter: '{where}.content'.")

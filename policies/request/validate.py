@@ -22,6 +22,7 @@ from policies.request.field_checks import (
     number_between,
     of_type,
     response_format,
+    role_messages,
     string_or_object,
     typed_objects,
     wrong_type,
@@ -89,23 +90,7 @@ def _prompt_like(param: str, value: Any) -> None:
 
 
 def _messages(param: str, value: Any) -> None:
-    if not isinstance(value, list):
-        raise wrong_type(param, "an array", value)
-    if not value:
-        raise Invalid(param, f"Invalid '{param}': empty array. Expected an array with minimum length 1.")
-    for index, message in enumerate(value):
-        where = f"{param}[{index}]"
-        if not isinstance(message, dict):
-            raise wrong_type(where, "an object", message)
-        role = message.get("role")
-        if not isinstance(role, str):
-            raise wrong_type(f"{where}.role", "a string", role)
-        if role not in CHAT_ROLES:
-            raise Invalid(
-                f"{where}.role",
-                f"Invalid value for '{where}.role': '{role[:40]}'. "
-                f"Supported values are: {', '.join(sorted(CHAT_ROLES))}.",
-            )
+    for where, message in role_messages(param, value, CHAT_ROLES):
         content = message.get("content")
         if content is not None and not isinstance(content, str):
             content_parts(f"{where}.content", content)
