@@ -84,11 +84,15 @@ def string_or_object(param: str, value: Any) -> None:
         raise wrong_type(param, "a string or an object", value)
 
 
-def response_format(param: str, value: Any) -> None:
+def typed_object(param: str, value: Any) -> None:
+    """An object that names its ``type`` (chat's ``response_format``, the Messages API's ``tool_choice``)."""
     if not isinstance(value, dict):
         raise wrong_type(param, "an object", value)
     if not isinstance(value.get("type"), str):
         raise wrong_type(f"{param}.type", "a string", value.get("type"))
+
+
+response_format = typed_object
 
 
 def typed_objects(param: str, value: Any, expected: str = "an array") -> Iterator[tuple[str, dict[str, Any]]]:

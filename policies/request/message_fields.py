@@ -20,6 +20,7 @@ from policies.request.field_checks import (
     number_between,
     of_type,
     role_messages,
+    typed_object,
     typed_objects,
     wrong_type,
 )
@@ -65,18 +66,11 @@ def _stop_sequences(param: str, value: Any) -> None:
         raise wrong_type(param, "an array of strings", value)
 
 
-def _tool_choice(param: str, value: Any) -> None:
-    if not isinstance(value, dict):
-        raise wrong_type(param, "an object", value)
-    if not isinstance(value.get("type"), str):
-        raise wrong_type(f"{param}.type", "a string", value.get("type"))
-
-
 _COMMON: dict[str, Callable[[str, Any], None]] = {
     "messages": _messages,
     "system": _system,
     "tools": _tools,
-    "tool_choice": _tool_choice,
+    "tool_choice": typed_object,
     "thinking": of_type(dict, "an object"),
     "output_config": of_type(dict, "an object"),
 }

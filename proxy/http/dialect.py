@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from policies.prompt.prompt import Rewrite, rewrite_chat
 from policies.prompt.stable_prefix import chat_pieces, completion_pieces
+from policies.refusals import Refused, Rejection
 from policies.request.types import Endpoint, RequestView
 from policies.routing.continuation import continuable
 from proxy.auth.tenants import TenantPolicy
@@ -89,6 +90,14 @@ async def with_passages(gateway: Gateway, prompt: Prompt, tenant: TenantPolicy, 
     if evidence is not None:
         prompt.retrieved = retrieved
     return evidence
+
+
+def engines_only(pool: Pool, api: str) -> None:
+    """Raise the 400 of a litellm pool asked for ``api``, which only pools of engines serve (a litellm pool's calls
+    are chat completions)."""
+    if not pool.serves_engine_apis:
+        raise Refused(Rejection(400, f"Pool '{pool.name}' (litellm) does not serve the {api}; send "
+                                     "/v1/chat/completions to it.", param="model", code="unsupported_endpoint"))
 
 
 def rewritten(rewrite: Rewrite, report: ResponseHeaders, record: RequestRecord, since: float) -> None:

@@ -16,13 +16,12 @@ from typing import Any, ClassVar
 
 from policies.prompt.messages import messages_conversation, rewrite_messages
 from policies.prompt.stable_prefix import chat_pieces
-from policies.refusals import Refused, Rejection
 from policies.request.types import Endpoint
 from proxy.auth.tenants import TenantPolicy
 from proxy.calls.answer_tap import AnswerTap
 from proxy.calls.messages_answer import MessagesAnswer
 from proxy.gateway import Gateway
-from proxy.http.dialect import Dialect, rewritten, with_passages
+from proxy.http.dialect import Dialect, engines_only, rewritten, with_passages
 from proxy.http.prompt import Prompt
 from proxy.observability.request_record import RequestRecord
 from proxy.upstream.pool import Pool
@@ -55,10 +54,7 @@ class Messages(Dialect):
         return False
 
     def check_pool(self, pool: Pool) -> None:
-        """Only pools of engines serve the Messages API (a litellm pool's calls are chat completions)."""
-        if not pool.serves_engine_apis:
-            raise Refused(Rejection(400, f"Pool '{pool.name}' (litellm) does not serve the Messages API; send "
-                                         "/v1/chat/completions to it.", param="model", code="unsupported_endpoint"))
+        engines_only(pool, "Messages API")
 
     def tap(self, gateway: Gateway, tenant: TenantPolicy, body: dict[str, Any], prompt: Prompt) -> AnswerTap | None:
         return MessagesAnswer()

@@ -23,12 +23,12 @@ from policies.prompt.responses import (
     with_input_messages,
 )
 from policies.prompt.stable_prefix import chat_pieces
-from policies.refusals import Refused, Rejection
+from policies.refusals import Refused
 from proxy.auth.tenants import TenantPolicy
 from proxy.calls.answer_tap import AnswerTap
 from proxy.conversations.answer import ResponsesAnswer
 from proxy.gateway import Gateway
-from proxy.http.dialect import Dialect, rewritten
+from proxy.http.dialect import Dialect, engines_only, rewritten
 from proxy.http.prompt import Prompt
 from proxy.observability.request_record import RequestRecord
 from proxy.retrieval.context import add_context
@@ -93,10 +93,7 @@ class Responses(Dialect):
         return rewrite.moved
 
     def check_pool(self, pool: Pool) -> None:
-        """Only pools of engines serve the Responses API (a litellm pool's calls are chat completions)."""
-        if not pool.serves_engine_apis:
-            raise Refused(Rejection(400, f"Pool '{pool.name}' (litellm) does not serve the Responses API; send "
-                                         "/v1/chat/completions to it.", param="model", code="unsupported_endpoint"))
+        engines_only(pool, "Responses API")
 
     def tap(self, gateway: Gateway, tenant: TenantPolicy, body: dict[str, Any], prompt: Prompt) -> AnswerTap | None:
         """What the relay reads of the answer; it keeps the response (the items this turn added, linked to the

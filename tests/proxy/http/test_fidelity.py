@@ -45,6 +45,21 @@ TURNS = [
     {"role": "user", "content": "Thanks.  \r\n"},
 ]
 
+BILLING = {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.332.f85; cc_entrypoint=sdk-cli;"}
+ANTHROPIC_TURNS: Body = {
+    "max_tokens": 9, "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+    "tools": [{"name": "zeta", "description": "z", "input_schema": SCHEMA}], "tool_choice": {"type": "auto"},
+    "thinking": {"type": "adaptive"}, "output_config": {"effort": "low"}, "metadata": {"user_id": "u"},
+    "stop_sequences": ["b", "a"], "temperature": 0.3, "top_k": 5,
+    "messages": [
+        {"role": "user", "content": "Look this up  "},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"}, {
+            "type": "tool_use", "id": "c1", "name": "zeta", "input": {"reasoning": "r", "answer": {"zeta": 1}}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": '{"b": 2, "a": 1}',
+                                      "cache_control": {"type": "ephemeral"}}]},
+    ],
+}
+
 CASES: list[tuple[str, str, Body, set[str]]] = [
     ("chat", "a user turn alone", {"messages": [USER]}, set()),
     ("chat", "structured output, reasoning first", {"messages": [USER], "response_format": {
@@ -74,13 +89,18 @@ CASES: list[tuple[str, str, Body, set[str]]] = [
     ("completions", "a prompt", {"prompt": "Current time: 2026-11-26 09:14 UTC\nSay hi", "logit_bias": {"2": 1},
                                  "guided_json": SCHEMA}, set()),
     ("embeddings", "texts", {"input": ["b", "a"], "encoding_format": "float", "dimensions": 8}, set()),
+    ("messages", "Messages: tools, a tool use and its result, cache_control, thinking", ANTHROPIC_TURNS, set()),
+    ("messages", "Messages: Claude Code's billing block", {
+        "max_tokens": 9, "messages": [{"role": "user", "content": "Hi"}],
+        "system": [BILLING, {"type": "text", "text": "Be brief."}]}, {"billing_block"}),
 ]
 # What each named change must read, written out by hand: the system text as canonical (NFC, \n, no trailing
 # blanks, one blank line at most) or without its moved line, and the note after the last user turn.
 CANONICAL = {"Caf\u0065\u0301: be brief.  \r\n\r\n\r\nOk": "Caf\u00e9: be brief.\n\nOk",
              "Be brief.\nCurrent time: 2026-11-26 09:14 UTC": "Be brief."}
 NOTES = {"Be brief.\nCurrent time: 2026-11-26 09:14 UTC": "Current time: 2026-11-26 09:14 UTC"}
-PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "embeddings": "/v1/embeddings"}
+PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "embeddings": "/v1/embeddings",
+         "messages": "/v1/messages"}
 
 
 def changes(sent: Body, forwarded: Body) -> set[str]:
@@ -93,6 +113,10 @@ def changes(sent: Body, forwarded: Body) -> set[str]:
         named.add("stream_usage" if forwarded.get("stream_options") == asked else "changed stream_options")
     if "messages" in sent:
         named |= _message_changes(sent["messages"], forwarded["messages"])
+    if isinstance(sent.get("system"), list) and BILLING in sent["system"] \
+            and forwarded.get("system") == [block for block in sent["system"] if block != BILLING]:
+        named.add("billing_block")
+        sent = {**sent, "system": forwarded["system"]}
     for key in {*sent, *forwarded} - {"cache_salt", "stream_options", "messages"}:
         if key not in sent or key not in forwarded or orjson.dumps(sent[key]) != orjson.dumps(forwarded[key]):
             named.add(f"changed {key}")
