@@ -26,11 +26,6 @@ from policies.prompt.message_text import is_text_part
 from policies.prompt.prompt import PromptPolicy, Rewrite, rewrite_chat
 
 BILLING_HEADER = "x-anthropic-billing-header"
-# Where the prompt ends with system text after the last user turn (Claude Code's environment block), the note is
-# a user turn of its own after it: at the prompt's end whether vLLM renders that system text in place or merges it
-# into the first system message (as it does for templates that want system text first, Qwen's among them). On the
-# last user turn it would sit before the system text rendered in place; on the system text, merged into the head.
-_TRAILING_TURN: dict[str, Any] = {"role": "user", "content": ""}
 
 
 def _is_billing(block: Any) -> bool:
@@ -73,27 +68,20 @@ def _has_billing(content: Any) -> bool:
 
 def rewrite_messages(body: dict[str, Any], policy: PromptPolicy) -> Rewrite:
     """The billing blocks dropped, then ``rewrite_chat`` over ``system`` and ``messages``: canonical system
-    text, volatile spans moved to the note at the end of the last user message (one of its own where there
-    is none: a trailing system message would be merged into the first by templates that want it first, and
-    the prefix would change with every note), the tenant's templates. A string stays a string."""
+    text, volatile spans moved to the note (``system``'s at the end of the last user message; a later message's,
+    such as Claude Code's environment block, at the end of the user turn before it, where it stays from one turn
+    to the next), the tenant's templates. A string stays a string."""
     body, dropped = without_billing(body)
     system = body.get("system")
     head = [{"role": "system", "content": system}] if isinstance(system, str | list) and system else []
-    turns = body["messages"]
-    ends_in_system = bool(turns) and turns[-1].get("role") == "system"
-    chat: dict[str, Any] = {"messages": [*head, *turns, *([_TRAILING_TURN] if ends_in_system else [])]}
+    chat: dict[str, Any] = {"messages": [*head, *body["messages"]]}
     if isinstance(body.get("tools"), list):
         chat["tools"] = body["tools"]
     rewrite = rewrite_chat(chat, policy)
     if not rewrite.changed:
         return Rewrite(body, dropped > 0, rewrite.detected, rewrite.moved, rewrite.templated)
     messages = rewrite.body["messages"]
-    if ends_in_system:  # the note's own turn at the end, or nothing where there was no note
-        last = messages[-1]
-        messages = messages[:-1]
-        if last is not _TRAILING_TURN:
-            messages.append({"role": "user", "content": last["content"].lstrip("\n")})
-    elif len(messages) > len(chat["messages"]):  # the note as a system message of its own
+    if len(messages) > len(chat["messages"]):  # the note as a system message of its own
         note = messages[-1]["content"]
         messages = messages[:-1]
         _note_on_last_user(messages, len(head), note)

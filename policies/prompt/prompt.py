@@ -1,8 +1,12 @@
 """Rewrite a chat request so its prompt prefix is the same from one request to the next.
 
 System text gets one canonical form; volatile spans (clock readings, dates, IDs) in system messages,
-and in earlier turns when configured, are moved to one note at the end of the prompt, where a
-changing value costs one short tail instead of the whole prefill. Nothing is lost unless the policy
+and in earlier turns when configured, are moved to a note: those of the leading system text to the end
+of the prompt, where a changing value costs one short tail instead of the whole prefill; those of a
+later message (an agent's environment block, a harness's reminder in a user turn) to the end of the
+user turn it belongs to. A later message comes back as it was in every later turn, and so does its
+note, in the same place: a note at the prompt's end would move with each turn and take the turns after
+it out of the cache. Nothing is lost unless the policy
 says strip (for every span, or for one kind, such as IDs the model has no use for): each moved span
 appears in the note, in its original order, and an inline span leaves a ``[ref N]`` marker at its
 place so the model can connect them.
@@ -15,12 +19,13 @@ Pure: a request body in, a new body out; the input is never mutated.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
 
 from policies.prompt.canonical import canonical_line, sorted_tools
+from policies.prompt.harness import GIT_SNAPSHOT, has_harness_block, in_harness_block
 from policies.prompt.lines import LineScanner, ScannedLine
 from policies.prompt.message_text import is_text_part, text_part
 from policies.prompt.templates import Template, apply_template
@@ -35,9 +40,6 @@ _BULLETS = " \t-*#>•"
 _LINE_END_PUNCTUATION = " \t\r.;,。"
 _BRACKETS = {"[": "]", "(": ")", "<": ">", "{": "}"}
 _BLANK_RUNS = re.compile(r"\n{3,}")
-# Context an agent's harness puts in a user turn (Claude Code's reminders, Codex's environment): the harness's
-# text, not the user's, read for volatile spans as system text is (the date, the working directory's state).
-HARNESS_BLOCKS = (("<system-reminder>", "</system-reminder>"), ("<environment_context>", "</environment_context>"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +69,13 @@ class Rewrite:
 
 
 class _Mover:
-    """Collects the note lines of one request while its texts are rewritten in message order."""
+    """Collects the note lines of one request while its texts are rewritten in message order, each under the
+    message its note will end (``anchor``: None for the note at the prompt's end)."""
 
     def __init__(self, policy: PromptPolicy) -> None:
         self.policy = policy
-        self.note_lines: list[str] = []
+        self.notes: dict[int | None, list[str]] = {}
+        self.anchor: int | None = None
         self.detected = 0
         self.moved = 0
         self.refs = 0
@@ -87,7 +91,7 @@ class _Mover:
             applied = apply_template(text, self.policy.templates)
             if applied is not None:
                 text, values = applied
-                self.note_lines.extend(values)
+                self._lines().extend(values)
                 self.templated += 1
         return text
 
@@ -103,6 +107,16 @@ class _Mover:
     def raw(self, text: str) -> str:
         """Conversation turns (and system text without canonical form): spans moved, nothing else."""
         return "\n".join(self._move(self.policy.scanner.scan_raw(text.split("\n")), canonical=False))
+
+    def history(self, text: str) -> str:
+        """An earlier turn's text (``scope: history``), its spans to the note at the prompt's end: the apps that
+        want this render their history anew on every request (relative times, fresh IDs), so a note at the
+        turn's own end would change with it."""
+        anchor, self.anchor = self.anchor, None
+        try:
+            return self.raw(text)
+        finally:
+            self.anchor = anchor
 
     def _move(self, scanned: list[ScannedLine], canonical: bool) -> list[str]:
         hits = [index for index, (_, spans) in enumerate(scanned) if spans]
@@ -139,7 +153,7 @@ class _Mover:
             relocate = action == "relocate"
             if cursor == 0 and len(acting) == 1 and _whole_line(line, start, end):
                 if relocate:
-                    self.note_lines.append(fact)
+                    self._lines().append(fact)
                 return None
             pieces.append(line[cursor:start])
             cursor = end
@@ -147,7 +161,7 @@ class _Mover:
                 self.refs += 1
                 marker = f"[ref {self.refs}]"
                 pieces.append(marker)
-                self.note_lines.append(f"{marker} = {fact}")
+                self._lines().append(f"{marker} = {fact}")
         pieces.append(line[cursor:])
         return "".join(pieces)
 
@@ -156,8 +170,9 @@ class _Mover:
         moved whole to the note, a marker in its place, so the system text, and the tools that templates render
         after it, stay cached from one session to the next. The kind is ``git_status``: a tenant's ``actions``
         may strip it or keep it. (Where the agent puts it in its first user turn instead, after the system text
-        and tools, it stays: each later turn would prefill it again in the note, more than a new session saves.)"""
-        found = _GIT_SNAPSHOT.search(block)
+        and tools, it stays: moved to that turn's note it would save a new session the reminder after it, and cost
+        a session started with no new commit as much, prefilled again in the note.)"""
+        found = GIT_SNAPSHOT.search(block)
         action = self.policy.actions.get("git_status", self.policy.volatile)
         if found is None or action == "keep":
             return block
@@ -168,11 +183,19 @@ class _Mover:
             return block[:found.start()] + block[found.start() + len(section):]
         self.refs += 1
         marker = f"[ref {self.refs}]"
-        self.note_lines.append(f"{marker} = {section}")
+        self._lines().append(f"{marker} = {section}")
         return block[:found.start()] + marker + block[found.start() + len(section):]
 
-    def note(self) -> str | None:
-        return NOTE_HEADER + "\n" + "\n".join(self.note_lines) if self.note_lines else None
+    def _lines(self) -> list[str]:
+        return self.notes.setdefault(self.anchor, [])
+
+    def placed_notes(self, tail: int | None) -> dict[int | None, str]:
+        """Each note by the message it ends: the leading system text's with the last user turn's own, on it
+        (the prompt's end, refs in order); None: a note with no user turn to end (a system message after all)."""
+        notes = dict(self.notes)
+        if tail is not None and None in notes:
+            notes[tail] = [*notes.pop(None), *notes.get(tail, ())]
+        return {anchor: NOTE_HEADER + "\n" + "\n".join(lines) for anchor, lines in notes.items() if lines}
 
 
 def _widen(text: str, span: Span) -> tuple[int, int]:
@@ -201,71 +224,44 @@ def _map_text(content: Any, change: Any) -> Any:
     return content
 
 
-def _has_harness_block(content: Any) -> bool:
-    if isinstance(content, str):
-        return content.startswith(_HARNESS_OPENINGS)
-    if isinstance(content, list):
-        return any(is_text_part(part) and part["text"].startswith(_HARNESS_OPENINGS) for part in content)
-    return False
-
-
-_HARNESS_OPENINGS = tuple(opening for opening, _ in HARNESS_BLOCKS)
-# A coding agent's git snapshot (Claude Code's gitStatus): a heading, the branch and status, then its recent
-# commits, to the blank line after them (what follows is the harness's own fixed text).
-_GIT_SNAPSHOT = re.compile(r"^(?:# gitStatus|gitStatus:)[^\n]*\n(?:[^\n]*\n)*?Recent commits:\n(?:[^\n]+\n?)*",
-                           re.MULTILINE)
-
-
-def _in_harness_block(mover: _Mover, rest: Callable[[str], str] | None, text: str) -> str:
-    """A harness block that opens ``text`` (to its closing tag) with its volatile spans moved; the rest of the text
-    through ``rest`` (the history's rule), or as it was."""
-    for opening, closing in HARNESS_BLOCKS:
-        if text.startswith(opening):
-            end = text.find(closing)
-            end = len(text) if end < 0 else end + len(closing)
-            tail = text[end:]
-            return mover.raw(text[:end]) + (rest(tail) if rest is not None and tail else tail)
-    return rest(text) if rest is not None else text
-
-
 def _is_note(message: dict[str, Any]) -> bool:
     content = message.get("content")
     return isinstance(content, str) and content.startswith(NOTE_HEADER)
 
 
-def _with_note(messages: list[dict[str, Any]], tail: int | None, note: str, placement: str) -> None:
-    if placement == "last_user" and tail is not None:
-        message = messages[tail]
-        content = message.get("content")
-        if isinstance(content, list):
-            messages[tail] = {**message, "content": [*content, text_part(content, note)]}
-        else:
-            messages[tail] = {**message, "content": f"{content or ''}\n\n{note}"}
-    else:
+def _with_note(messages: list[dict[str, Any]], anchor: int | None, note: str) -> None:
+    """``note`` at the end of the user turn ``anchor`` (a text part of its own where its content is parts), or a
+    system message after the conversation where there is no user turn to end."""
+    if anchor is None:
         messages.append({"role": "system", "content": note})
+        return
+    message = messages[anchor]
+    content = message.get("content")
+    if isinstance(content, list):
+        messages[anchor] = {**message, "content": [*content, text_part(content, note)]}
+    else:
+        messages[anchor] = {**message, "content": f"{content or ''}\n\n{note}"}
 
 
 def rewrite_chat(body: dict[str, Any], policy: PromptPolicy) -> Rewrite:
     """Canonical form plus volatile-span handling for a validated chat completions body."""
     messages: list[dict[str, Any]] = body["messages"]
     tail = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "user"), None)
-    if messages and messages[-1].get("role") in _SYSTEM_ROLES and not _is_note(messages[-1]):
-        # The prompt ends with system text after the last user turn (an agent's environment block): the note
-        # ends that, the prompt's end. On the user turn before it, it would sit before that text, and the next
-        # turn, with the note on a later message, would re-prefill everything after it.
-        tail = len(messages) - 1
+    on_turns = policy.note == "last_user"
     mover = _Mover(policy)
     new_messages = list(messages)
     changed = False
     for index, message in enumerate(messages):
         role = message.get("role")
+        if role == "user" and on_turns:
+            mover.anchor = index  # this turn's spans, and those of system text after it, end this turn
         if role in _SYSTEM_ROLES and not _is_note(message):
             change = mover.system
-        elif role == "user" and _has_harness_block(message.get("content")):
+        elif role == "user" and has_harness_block(message.get("content")):
             history = policy.scope == "history" and (tail is None or index < tail)
-            change = partial(_in_harness_block, mover, mover.raw if history else None)
+            change = partial(in_harness_block, mover.raw, mover.history if history else None)
         elif policy.scope == "history" and role in _HISTORY_ROLES and (tail is None or index < tail):
-            change = mover.raw
+            change = mover.history
         else:
             continue
         content = message.get("content")
@@ -273,9 +269,8 @@ def rewrite_chat(body: dict[str, Any], policy: PromptPolicy) -> Rewrite:
         if new_content != content:
             new_messages[index] = {**message, "content": new_content}
             changed = True
-    note = mover.note()
-    if note is not None:
-        _with_note(new_messages, tail, note, policy.note)
+    for anchor, note in mover.placed_notes(tail if on_turns else None).items():
+        _with_note(new_messages, anchor, note)
         changed = True
     new_body = {**body, "messages": new_messages} if changed else body
     if policy.sort_tools:

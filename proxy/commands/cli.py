@@ -44,12 +44,15 @@ def _start_engine(config: Config) -> tuple[LocalEngine, Config]:
             "engine needs vLLM: install prefixgate with its 'engine' extra (make serve does this)."
         )
     settings = config.engine
+    args = settings.vllm_args()
     if settings.model_dir:
         model_dir = Path(settings.model_dir)
     else:
-        from proxy.engine.tiny_model import ensure_tiny_model
+        from proxy.engine.tiny_model import answers_end_config, ensure_tiny_model
 
         model_dir = ensure_tiny_model(config.data_dir)  # built on the first start only, and says so
+        if settings.answers_end is not False:
+            args = ["--generation-config", str(answers_end_config(model_dir)), *args]
     engine = LocalEngine(
         model_dir,
         served_model_name=settings.served_model_name,
@@ -57,7 +60,7 @@ def _start_engine(config: Config) -> tuple[LocalEngine, Config]:
         log_path=Path(config.data_dir) / "engine.log",
         max_model_len=settings.max_model_len,
         kv_cache_gib=settings.kv_cache_gib,
-        extra_args=settings.vllm_args(),
+        extra_args=args,
     )
     log.info("starting the embedded vLLM CPU engine on %s (log: %s)", engine.base_url, engine.log_path)
     engine.start()

@@ -69,8 +69,10 @@ class PromptConfig(_Frozen):
     """where to look: `system` (system/developer messages) or `history` (also earlier user and assistant turns; never
     the last user turn)"""
     note: Literal["last_user", "system_message"] = "last_user"
-    """where the note goes: appended to the last user message, or `system_message` (a final system message; some chat
-    templates refuse a system message that is not first)"""
+    """where the note goes: `last_user`, appended to the last user message, but for spans of a later message (system
+    text after a user turn, an agent harness's block in a user turn), which end that user turn, where the note stays
+    in every later turn of the conversation (docs/architecture.md, Fidelity); or `system_message`, all in one final
+    system message (some chat templates refuse a system message that is not first)"""
     canonical: bool = True
     """system text in one canonical form (NFC, `\\n` line ends, no trailing blanks, one blank line at most), the one
     change besides moved volatile spans that a default rewrite makes to what the model reads"""

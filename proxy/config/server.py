@@ -120,6 +120,11 @@ class EngineConfig(_Frozen):
     """structured output and forced tool calls written without whitespace between JSON tokens (vLLM's
     `--structured-outputs-config` `disable_any_whitespace`, xgrammar): the tiny model's random weights otherwise pad
     JSON with whitespace until `max_tokens` runs out. Off for a model of your own unless set"""
+    answers_end: bool | None = Field(None, json_schema_extra={"shown_default": "on for the tiny model"})
+    """the tiny model's sampled answers end, as a real model's do: one in twenty of its token ids ends an answer
+    (a generation config the engine is given, vLLM's `--generation-config`), so most answers run some tens of tokens.
+    A coding agent reports an answer that runs to its cap as an error. Off: its random words run to the cap
+    (`max_tokens`, else `default_max_tokens`). No effect on a model of your own (`model_dir`)"""
     extra_args: list[str] = Field(default_factory=list)
     """more `vllm serve` flags"""
 

@@ -8,7 +8,9 @@ Takes a few seconds; the result is cached under the data directory and built ato
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import random
 import shutil
 import tempfile
@@ -103,6 +105,23 @@ def _build_weights(target: Path) -> None:
     )
     model = LlamaForCausalLM(config).bfloat16()
     model.save_pretrained(str(target), safe_serialization=True)
+
+
+# One in twenty token ids ends an answer (``answers_end``): sampled, an answer ends within some tens of tokens.
+ENDING_TOKEN_IDS = [1, *range(3, VOCAB_SIZE, 20)]
+
+
+def answers_end_config(model_dir: Path) -> Path:
+    """A folder holding the generation config that makes the tiny model's answers end (vLLM's
+    ``--generation-config``), beside its files; written once, atomically."""
+    folder = model_dir / "answers-end"
+    target = folder / "generation_config.json"
+    if not target.exists():
+        folder.mkdir(exist_ok=True)
+        staging = folder / f".{os.getpid()}.json"
+        staging.write_text(json.dumps({"bos_token_id": 0, "eos_token_id": ENDING_TOKEN_IDS, "pad_token_id": 2}))
+        staging.replace(target)
+    return folder
 
 
 def ensure_tiny_model(data_dir: str | Path) -> Path:

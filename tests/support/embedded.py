@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -52,22 +53,23 @@ def running(engine: LocalEngine, timeout: float = 300) -> Iterator[LocalEngine]:
 
 
 @contextmanager
-def embedded_gateway(data_dir: Path, timeout: float = 420) -> Iterator[Embedded]:
+def embedded_gateway(data_dir: Path, timeout: float = 420, as_served: bool = False) -> Iterator[Embedded]:
     """`prefixgate serve` with its own engine, its config, logs and data under ``data_dir``; yields once
-    it is ready, sends it SIGTERM afterwards (SIGKILL to its process group if it does not stop)."""
+    it is ready, sends it SIGTERM afterwards (SIGKILL to its process group if it does not stop).
+
+    By default the engine is greedy unless a request says otherwise (the libraries under test send no temperature:
+    their answers through prefixgate and straight to the engine can then be compared), writes to the output cap,
+    and publishes its KV-cache events. ``as_served``: the engine exactly as `make serve` starts it, ports aside."""
     proxy_port, engine_port, events_port, replay_port = (free_port() for _ in range(4))
     kv_events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{events_port}",
                  "replay_endpoint": f"tcp://*:{replay_port}", "topic": "kv"}
+    engine: dict[str, Any] = {"port": engine_port, "served_model_name": ENGINE_MODEL}
+    if not as_served:
+        engine |= {"answers_end": False, "extra_args": ["--kv-events-config", json.dumps(kv_events),
+                                                        "--override-generation-config", json.dumps({"temperature": 0})]}
     config_path = data_dir / "embedded.yaml"
-    config_path.write_text(yaml.safe_dump({
-        "server": {"port": proxy_port},
-        "engine": {"port": engine_port, "served_model_name": ENGINE_MODEL,
-                   # greedy unless a request says otherwise, as the libraries under test send no temperature:
-                   # their answers through prefixgate and straight to the engine can then be compared
-                   "extra_args": ["--kv-events-config", json.dumps(kv_events),
-                                  "--override-generation-config", json.dumps({"temperature": 0})]},
-        "data_dir": str(data_dir),
-    }))
+    config_path.write_text(yaml.safe_dump({"server": {"port": proxy_port}, "engine": engine,
+                                           "data_dir": str(data_dir)}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFIXGATE_")}
     log = open(data_dir / "prefixgate.log", "wb")
     process = subprocess.Popen(

@@ -33,21 +33,29 @@ def test_a_body_without_anything_to_move_is_left_as_it_came() -> None:
     assert not rewrite.changed and rewrite.body is body
 
 
-def test_a_date_in_system_text_after_the_last_user_turn_goes_to_a_note_turn_at_the_prompts_end() -> None:
-    """Claude Code's environment block, a system turn after the user's: the note is a user turn of its own after
-    it, so it is the prompt's end whether vLLM renders that block in place or merges it into the head."""
-    body = _body(messages=[{"role": "user", "content": [{"type": "text", "text": "Fix it."}]},
-                           {"role": "system", "content": [{"type": "text", "text": ENVIRONMENT}]}])
-    rewrite = rewrite_messages(body, PromptPolicy())
+def test_a_date_in_system_text_after_a_user_turn_ends_that_turn_and_stays_there_in_later_turns() -> None:
+    """Claude Code's environment block, a system turn after the first user turn and resent as it was in every
+    later turn: its note ends that user turn, so every later turn's prompt starts with this one's, note and all
+    (whether vLLM renders the block in place or merges it into the head); a note at the prompt's end would move
+    with each turn and take the turns after it out of the cache. The system text's own spans end the last turn."""
+    first = [{"role": "user", "content": [{"type": "text", "text": "Fix it."}]},
+             {"role": "system", "content": [{"type": "text", "text": ENVIRONMENT}]}]
+    note = {"type": "text", "text": f"{NOTE_HEADER}\n[ref 1] = 2026-11-28"}
+    rewrite = rewrite_messages(_body(messages=first), PromptPolicy())
     assert rewrite.body["messages"] == [
-        body["messages"][0],
-        {"role": "system", "content": [{"type": "text", "text": ENVIRONMENT.replace("2026-11-28", "[ref 1]")}]},
-        {"role": "user", "content": f"{NOTE_HEADER}\n[ref 1] = 2026-11-28"}]
-    next_turn = _body(messages=[*body["messages"], {"role": "assistant", "content": "Done."},
-                                {"role": "user", "content": "Now test it."}])
-    again = rewrite_messages(next_turn, PromptPolicy()).body["messages"]
-    assert again[:2] == rewrite.body["messages"][:2]  # the next turn's prompt starts with this one's, to the note
-    assert again[-1]["content"] == f"Now test it.\n\n{NOTE_HEADER}\n[ref 1] = 2026-11-28"
+        {"role": "user", "content": [{"type": "text", "text": "Fix it."}, note]},
+        {"role": "system", "content": [{"type": "text", "text": ENVIRONMENT.replace("2026-11-28", "[ref 1]")}]}]
+    later = [*first, {"role": "assistant", "content": "Done."}, {"role": "user", "content": "Now test it."},
+             {"role": "assistant", "content": "Done."}, {"role": "user", "content": "Ship it."}]
+    for turns in (later[:4], later):
+        again = rewrite_messages(_body(messages=turns), PromptPolicy()).body["messages"]
+        assert again[:2] == rewrite.body["messages"]
+        assert again[2:] == turns[2:]  # nothing at the prompt's end
+    clocked = rewrite_messages(_body(system="You are an agent.\nNow: 2026-11-28T09:15:00Z", messages=later),
+                               PromptPolicy()).body
+    assert clocked["messages"][:2] == rewrite.body["messages"]  # the head's clock ends the last turn, as ever
+    assert clocked["messages"][-1]["content"] == f"Ship it.\n\n{NOTE_HEADER}\nNow: 2026-11-28T09:15:00Z"
+    assert clocked["system"] == "You are an agent."
 
 
 def test_a_harness_reminders_date_in_a_user_turn_moves_and_the_users_own_text_stays() -> None:
@@ -60,11 +68,11 @@ def test_a_harness_reminders_date_in_a_user_turn_moves_and_the_users_own_text_st
                        {"type": "text", "text": f"{NOTE_HEADER}\n[ref 1] = 2026-11-28"}]
 
 
-def test_a_chat_ending_in_system_text_gets_the_note_there() -> None:
+def test_a_chat_with_system_text_after_a_user_turn_gets_the_note_on_that_turn() -> None:
     body = {"messages": [{"role": "user", "content": "Fix it."}, {"role": "system", "content": ENVIRONMENT}]}
     messages = rewrite_chat(body, PromptPolicy()).body["messages"]
-    assert messages[0] == body["messages"][0]
-    assert messages[1]["content"].endswith(f"\n\n{NOTE_HEADER}\n[ref 1] = 2026-11-28")
+    assert messages == [{"role": "user", "content": f"Fix it.\n\n{NOTE_HEADER}\n[ref 1] = 2026-11-28"},
+                        {"role": "system", "content": ENVIRONMENT.replace("2026-11-28", "[ref 1]")}]
 
 
 def test_the_conversation_is_rendered_as_vllm_renders_messages() -> None:

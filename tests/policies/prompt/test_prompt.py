@@ -90,6 +90,24 @@ def test_note_as_final_system_message_and_history_scope() -> None:
     assert rewrite_chat(result.body, PromptPolicy(scope="history", note="system_message")).body == result.body
 
 
+def test_history_scopes_spans_go_to_the_prompts_end_and_a_harness_blocks_stay_with_their_turn() -> None:
+    """``scope: history`` is for apps that render their history anew on every request (a fresh ID, a relative
+    time), so its spans go to the note at the prompt's end; an agent harness's block in an earlier turn is resent
+    as it was, so its note ends that turn, where it stays from one turn to the next."""
+    reminder = "<system-reminder>\nToday's date is 2026-11-28.\n</system-reminder>\n"
+    body = {"model": "m", "messages": [
+        {"role": "user", "content": [{"type": "text", "text": reminder}, {"type": "text", "text": "Hi"}]},
+        {"role": "assistant", "content": "Hello! request_id=4bf92f3577b34da6a3ce929d0e0e4736"},
+        {"role": "user", "content": "Bye"},
+    ]}
+    messages = rewrite_chat(body, PromptPolicy(scope="history")).body["messages"]
+    assert messages[0]["content"] == [
+        {"type": "text", "text": reminder.replace("2026-11-28", "[ref 1]")}, {"type": "text", "text": "Hi"},
+        {"type": "text", "text": f"{NOTE_HEADER}\n[ref 1] = 2026-11-28"}]
+    assert messages[1]["content"] == "Hello! [ref 2]"
+    assert messages[2]["content"] == f"Bye\n\n{NOTE_HEADER}\n[ref 2] = request_id=4bf92f3577b34da6a3ce929d0e0e4736"
+
+
 def test_content_parts_are_rewritten_text_part_by_text_part() -> None:
     body = {"model": "m", "messages": [
         {"role": "system", "content": [{"type": "text", "text": "Today is Sunday.\nBe brief."}]},

@@ -81,6 +81,24 @@ def test_a_developer_message_in_the_input_is_system_text_too() -> None:
         {"role": "user", "content": f"Plan my day.\n\n{NOTE_HEADER}\ntrace_id=4bf92f3577b34da6a3ce929d0e0e4736"}]
 
 
+def test_an_agents_environment_items_date_ends_that_item_in_every_turn_of_its_session() -> None:
+    """Codex resends its whole conversation each turn (``store: false``), its ``<environment_context>`` (with
+    today's date) a user item before the first prompt: the note ends that item, the same in every turn, so each
+    turn's prompt starts with the one before's; at the last user item it would move with each turn."""
+    environment = user("<environment_context>\n  <cwd>/home/user/project</cwd>\n"
+                       "  <current_date>2026-11-28</current_date>\n</environment_context>")
+    developer = {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Be brief."}]}
+    first = [developer, environment, user("Add a multiply function.")]
+    rewrite = rewrite_responses({"model": "m", "input": first}, PromptPolicy()).body["input"]
+    dated = rewrite[1]["content"]
+    assert "2026-11-28" not in dated[0]["text"]
+    assert dated[1] == {"type": "input_text", "text": f"{NOTE_HEADER}\n[ref 1] = 2026-11-28"}
+    assert rewrite[2] == first[2]
+    later = [*first, assistant("Done."), user("Add a docstring.")]
+    again = rewrite_responses({"model": "m", "input": later}, PromptPolicy()).body["input"]
+    assert again[:3] == rewrite and again[3:] == later[3:]
+
+
 def test_history_items_are_left_exactly_as_the_engine_saw_them() -> None:
     """A continued turn: its first ``history`` items were sent before (with their note) and stay byte for
     byte, even system text with a clock in it; only the new input is rewritten."""

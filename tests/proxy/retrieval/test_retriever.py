@@ -48,6 +48,28 @@ def test_each_tenant_gets_its_own_passages_before_the_question(
         assert right in user and wrong not in user
 
 
+def test_a_messages_request_gets_its_tenants_passages_before_its_last_user_turn(
+    fake: FakeServer, start_proxy: Callable[..., str], corpus: Path
+) -> None:
+    """The Messages API (Claude Code, the Anthropic SDKs) retrieves as chat does: the tenant's own passages lead
+    the last user turn, the system text and earlier turns stay as sent, and a key as ``x-api-key`` finds the
+    tenant."""
+    gateway = start_proxy(config(fake, corpus))
+    earlier = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]
+    for tenant, right, wrong in (("acme", "30 days", "60 days"), ("globex", "60 days", "30 days")):
+        body = {"model": "fake-model", "max_tokens": 4, "system": "You answer customer questions.", "messages": [
+            *earlier, {"role": "user", "content": [{"type": "text", "text": "How long do I have to return an item?"}]}]}
+        answer = httpx.post(gateway + "/v1/messages", json=body, timeout=30, headers={"x-api-key": KEYS[tenant]})
+        assert answer.status_code == 200 and answer.json()["type"] == "message"
+        assert int(answer.headers["x-prefixgate-passages"]) >= 1
+        sent = fake.app.stats.last_body
+        assert sent["system"] == "You answer customer questions." and sent["messages"][:2] == earlier
+        text = "".join(block["text"] for block in sent["messages"][2]["content"])
+        assert text.startswith(HEADER + "\n\n[1] ")
+        assert text.endswith("How long do I have to return an item?")
+        assert right in text and wrong not in text
+
+
 def test_html_is_ingested_as_its_visible_text(fake: FakeServer, start_proxy: Callable[..., str], corpus: Path) -> None:
     gateway = start_proxy(config(fake, corpus, top_n=1))
     ask(gateway, "acme", "Is motor failure of my blender covered?")
