@@ -94,6 +94,8 @@ def create_app(config: Config, *, open_store: StoreOpener | None = None, transpo
             Route("/openapi.json", routes.openapi, methods=["GET"]),
             Route("/admin/route/v1/chat/completions", route_explainer(CHAT), methods=["POST"]),
             Route("/admin/route/v1/completions", route_explainer(COMPLETIONS), methods=["POST"]),
+            Route("/admin/route/v1/responses", route_explainer(RESPONSES), methods=["POST"]),
+            Route("/admin/route/v1/messages", route_explainer(MESSAGES), methods=["POST"]),
         ],
         exception_handlers={
             Refused: refused_handler,

@@ -47,8 +47,9 @@ class Dialect:
         """The body decoded once, within the input limits, validated; raises the refusal of the first that fails."""
         return checked_request(self.endpoint, raw, gateway.input_limits)
 
-    async def recall(self, gateway: Gateway, prompt: Prompt, tenant: TenantPolicy) -> None:
-        """What the request continues, read from the gateway's store: nothing, but for the Responses API."""
+    async def recall(self, gateway: Gateway, prompt: Prompt, tenant: TenantPolicy, *, keep: bool = True) -> None:
+        """What the request continues, read from the gateway's store: nothing, but for the Responses API. ``keep``:
+        what is read is kept longer, as a continued conversation is (False: the explainer's read)."""
 
     async def shape(self, gateway: Gateway, prompt: Prompt, tenant: TenantPolicy, retrieve: bool,
                     report: ResponseHeaders, record: RequestRecord, since: float) -> int:

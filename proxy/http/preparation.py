@@ -100,7 +100,7 @@ class Preparation:
         """The steps that decide where the request goes: what it continues, its prompt shaped, admitted (its
         caps, its output's predicted length), and the pool, one that serves its API."""
         dialect = self.dialect
-        await dialect.recall(self.gateway, prompt, tenant)
+        await dialect.recall(self.gateway, prompt, tenant, keep=self.effects)
         moved = await dialect.shape(self.gateway, prompt, tenant, headers.retrieval and self.effects, self.headers,
                                     self.record, self.mark)
         if prompt.pieces is not None and self.effects:
@@ -155,6 +155,8 @@ class Preparation:
         if isinstance(shaped, Rejection):
             raise Refused(shaped)
         self.headers.output_clamped(shaped.clamped)
+        if shaped.clamped is not None and self.effects:
+            gateway.metrics.output_clamped(pool.name, tenant.name)
         return Planned(plan, shaped)
 
     def room(self, view: RequestView, prompt: Prompt, pool: Pool) -> int | None:

@@ -9,9 +9,11 @@ answer carries its usage, and it is not kept for exact repeats (a response is st
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from policies.prompt.responses import (
+    StoredResponse,
     continued,
     conversation_items,
     conversation_too_long,
@@ -27,6 +29,7 @@ from policies.refusals import Refused
 from proxy.auth.tenants import TenantPolicy
 from proxy.calls.answer_tap import AnswerTap
 from proxy.conversations.answer import ResponsesAnswer
+from proxy.conversations.store import ResponseStore
 from proxy.gateway import Gateway
 from proxy.http.dialect import Dialect, engines_only, rewritten
 from proxy.http.prompt import Prompt
@@ -44,21 +47,23 @@ class Responses(Dialect):
     answers_cached = False
     carries_usage = True
 
-    async def recall(self, gateway: Gateway, prompt: Prompt, tenant: TenantPolicy) -> None:
+    async def recall(self, gateway: Gateway, prompt: Prompt, tenant: TenantPolicy, *, keep: bool = True) -> None:
         """A turn with ``previous_response_id``: the whole conversation, from the tenant's stored turns: the one named,
-        then in one more read the earlier ones it links to. Raises the 404 of an id this tenant has no response under
-        (the one named, or an earlier turn deleted or gone), the 400 of a conversation longer than a request may be
+        then in one more read the earlier ones it links to (each kept ``ttl_s`` from now where ``keep``; the
+        explainer's read keeps nothing). Raises the 404 of an id this tenant has no response under (the one named, or
+        an earlier turn deleted or gone), the 400 of a conversation longer than a request may be
         (``server.max_messages`` items), or the store's 503."""
         previous = prompt.body.get("previous_response_id")
         if previous is None:
             return
-        (stored,) = await gateway.responses.recall(tenant.name, (previous,))  # each turn read is kept ttl_s from now
+        read = gateway.responses.recall if keep else partial(_peek, gateway.responses)
+        (stored,) = await read(tenant.name, (previous,))
         if stored is None:
             raise Refused(response_not_found(previous, "previous_response_id"))
         limit = gateway.input_limits.max_messages
         if len(stored.earlier) > limit:  # each turn adds an item at least: too long before a read of them
             raise Refused(conversation_too_long(len(stored.earlier), limit))
-        turns = await gateway.responses.recall(tenant.name, stored.earlier)
+        turns = await read(tenant.name, stored.earlier)
         found = [turn for turn in turns if turn is not None]
         if len(found) < len(turns):
             gone = next(turn_id for turn_id, turn in zip(stored.earlier, turns, strict=True) if turn is None)
@@ -71,8 +76,6 @@ class Responses(Dialect):
         prompt.history = len(items)
         prompt.previous = previous
         prompt.earlier = (*stored.earlier, previous)
-
-
 
     async def shape(self, gateway: Gateway, prompt: Prompt, tenant: TenantPolicy, retrieve: bool,
                     report: ResponseHeaders, record: RequestRecord, since: float) -> int:
@@ -104,6 +107,11 @@ class Responses(Dialect):
     def placed(self, prompt: Prompt, sent: dict[str, Any]) -> dict[str, Any]:
         """The conversation as the chat template reads it: what an engine holds blocks of."""
         return prompt.conversation if prompt.conversation is not None else sent
+
+
+async def _peek(store: ResponseStore, tenant: str, response_ids: tuple[str, ...]) -> list[StoredResponse | None]:
+    """Stored turns read as they are, their expiry left alone (``recall`` keeps each one longer)."""
+    return [await store.get(tenant, response_id) for response_id in response_ids]
 
 
 RESPONSES = Responses()

@@ -1,5 +1,5 @@
-"""``POST /admin/route/v1/chat/completions`` (and ``.../v1/completions``): where this gateway would send a
-request now, and why.
+"""``POST /admin/route/v1/chat/completions`` (and ``.../v1/completions``, ``.../v1/responses``,
+``.../v1/messages``): where this gateway would send a request now, and why.
 
 An operator asks it why a prompt went to the engine it went to; the routing benchmark asks every gateway
 replica the same question at the same moment to measure whether they choose alike, which ``balance:
@@ -12,18 +12,24 @@ the call as planned for it (its caps, the cache salt), the cut where it starts s
 the ring and the blocks each engine holds (``Pool.place``), then ``Pool.explain``. Nothing is taken or
 counted: no slot, no rate-limit charge, no memory of the choice, no metric, no upstream call. Retrieval is
 not run: its passages go after the prefix the engines hold, so they change the choice only when an engine
-holds the same passages after the same prefix.
+holds the same passages after the same prefix. A Responses turn's stored conversation is read as it is, its
+expiry left alone.
+
+A request that names its agent session (``X-Claude-Code-Session-Id``, ``metadata.user_id``: ``body_session``)
+is keyed on the ring by the session: the answer says so (``session``, ``keyed_by``). A refusal is the route's,
+in the dialect's error shape.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from policies.refusals import AdminOnly, Refused, UnknownTenant
+from policies.refusals import AdminOnly, InternalError, Refused, UnknownTenant
 from policies.request.types import RequestView
 from proxy.auth.tenants import TenantPolicy
 from proxy.calls.call import Continuation
@@ -36,6 +42,8 @@ from proxy.observability.request_record import RequestRecord
 from proxy.upstream.pool import Pool
 from proxy.wire import headers as x_prefixgate
 from proxy.wire.headers import RequestHeaders, request_authorization
+
+log = logging.getLogger("prefixgate")
 
 
 def _tenant(gateway: Gateway, request: Request) -> TenantPolicy:
@@ -78,32 +86,46 @@ def _continuation(gateway: Gateway, steps: Preparation, pool: Pool, view: Reques
 
 
 def route_explainer(dialect: Dialect) -> Any:
-    """The Starlette endpoint that explains the choice for requests of ``dialect`` (chat or completions)."""
+    """The Starlette endpoint that explains the choice for requests of ``dialect``; it refuses as the route does,
+    in the dialect's error shape (Anthropic's for the Messages API)."""
 
     async def explain(request: Request) -> Response:
-        gateway: Gateway = request.state.gateway
-        if not gateway.keys.is_admin(request_authorization(request.headers)):
-            raise Refused(AdminOnly(request.url.path))
-        tenant = _tenant(gateway, request)
-        record = RequestRecord(gateway.metrics, None, dialect.upstream_path, counted=False)
-        steps = Preparation(gateway, dialect, record, effects=False)
-        headers = RequestHeaders.of(request.scope)
         try:
-            view, prompt = await steps.read(headers, request.receive)
+            answer = await _explained(request, dialect)
         except ClientGone:
             return Response(status_code=499)  # nobody is left to read it; uvicorn sends nothing
-        pool = await steps.route(view, prompt, tenant, headers)
-        planned = steps.plan(view, prompt, tenant, pool, headers)
-        out = steps.outgoing(pool, view, tenant, prompt, planned)
-        continuation = steps.continuation(pool, view, tenant, prompt, planned, out, headers)
-        prediction = steps.prediction
-        answer: dict[str, Any] = {"tenant": tenant.name, "model": view.model, "pool": pool.name,
-                                  "pool_reason": steps.reason,
-                                  "predicted_output_p90": prediction.p90 if prediction is not None else None}
-        answer |= _continuation(gateway, steps, pool, view, continuation)
-        explained = pool.explain(out.placement)
-        if explained is not None:  # a pool that picks replicas
-            answer |= {"replica": explained.replica, "reason": explained.reason, "replicas": explained.replicas}
+        except Exception as failure:
+            if not isinstance(failure, Refused):
+                log.exception("unexpected error explaining %s", request.url.path)
+            refusal = failure.refusal if isinstance(failure, Refused) else InternalError()
+            return dialect.errors.error(refusal).response()
         return Response(orjson.dumps(answer), media_type="application/json")
 
     return explain
+
+
+async def _explained(request: Request, dialect: Dialect) -> dict[str, Any]:
+    """The request's own steps with their effects off, up to the replica choice, and what decided each."""
+    gateway: Gateway = request.state.gateway
+    if not gateway.keys.is_admin(request_authorization(request.headers)):
+        raise Refused(AdminOnly(request.url.path))
+    tenant = _tenant(gateway, request)
+    record = RequestRecord(gateway.metrics, None, dialect.upstream_path, counted=False)
+    steps = Preparation(gateway, dialect, record, effects=False)
+    headers = RequestHeaders.of(request.scope)
+    view, prompt = await steps.read(headers, request.receive)
+    pool = await steps.route(view, prompt, tenant, headers)
+    planned = steps.plan(view, prompt, tenant, pool, headers)
+    out = steps.outgoing(pool, view, tenant, prompt, planned)
+    continuation = steps.continuation(pool, view, tenant, prompt, planned, out, headers)
+    prediction, key = steps.prediction, out.placement.key
+    answer: dict[str, Any] = {"tenant": tenant.name, "model": view.model, "pool": pool.name,
+                              "pool_reason": steps.reason,
+                              "predicted_output_p90": prediction.p90 if prediction is not None else None,
+                              "session": steps.session,
+                              "keyed_by": None if key is None else "session" if steps.session is not None else "prefix"}
+    answer |= _continuation(gateway, steps, pool, view, continuation)
+    explained = pool.explain(out.placement)
+    if explained is not None:  # a pool that picks replicas
+        answer |= {"replica": explained.replica, "reason": explained.reason, "replicas": explained.replicas}
+    return answer

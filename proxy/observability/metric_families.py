@@ -14,6 +14,7 @@ from policies.routing.replica import ReplicaReason
 from policies.vocabulary import Vocabulary
 from proxy.observability.tallies import CounterFamily, HistogramFamily, MetricKinds
 from proxy.transports.base import ErrorKind
+from proxy.wire.headers import OUTPUT_CLAMPED
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 PREFIX_TOKEN_BUCKETS = (0, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
@@ -102,6 +103,7 @@ class RoutingFamilies:
     rate_limited: CounterFamily
     limiter_unavailable: CounterFamily
     clamped: CounterFamily
+    output_clamped: CounterFamily
     output_tokens: HistogramFamily
     predictions: CounterFamily
     held_tokens: HistogramFamily
@@ -142,6 +144,11 @@ class RoutingFamilies:
             clamped=kinds.counter(
                 "prefixgate_admission_adjusted", "Requests whose max_tokens admission set or clamped, by tenant.",
                 ["tenant"], registry=registry,
+            ),
+            output_clamped=kinds.counter(
+                "prefixgate_output_clamped", "Requests whose output cap was lowered to what the pool's engine context "
+                f"holds after the prompt ({OUTPUT_CLAMPED.decode()}), by the pool planned for and tenant.",
+                ["pool", "tenant"], registry=registry,
             ),
             output_tokens=kinds.histogram(
                 "prefixgate_output_tokens", "Completion tokens per request by pool: predicted p90 and actual.",

@@ -160,6 +160,10 @@ class Metrics:
     def admission_clamped(self, tenant: str) -> None:
         self._routing.clamped.labels(self.tenant_label(tenant)).inc()
 
+    def output_clamped(self, pool: str, tenant: str) -> None:
+        """A request's output cap lowered to fit ``pool``'s context (``fit_output``), once per plan for a pool."""
+        self._routing.output_clamped.labels(pool, self.tenant_label(tenant)).inc()
+
     def observe_length(self, pool: str, tenant: str, step: str, predicted_p90: int, actual: int) -> None:
         self._routing.output_tokens.labels(pool, "predicted_p90").observe(predicted_p90)
         self._routing.output_tokens.labels(pool, "actual").observe(actual)

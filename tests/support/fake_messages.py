@@ -1,5 +1,6 @@
 """The fake upstream's Anthropic Messages API (``POST /v1/messages``), framed as vLLM frames it: a whole message,
-or SSE events (``message_start`` ... ``message_stop``), ``max_tokens`` tokens of " tok" each; a stand-in usage."""
+or SSE events (``message_start`` ... ``message_stop``), ``max_tokens`` tokens of " tok" each; a stand-in usage
+(``prompt_tokens``, which ``/v1/messages/count_tokens`` answers)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,13 @@ def _event(name: str, **data: Any) -> bytes:
     return f"event: {name}\ndata: ".encode() + orjson.dumps({"type": name, **data}) + b"\n\n"
 
 
+def prompt_tokens(request: dict[str, Any]) -> int:
+    """A stand-in count: a token per 4 bytes of the turns and system text."""
+    return max(1, (len(orjson.dumps(request.get("messages"))) + len(orjson.dumps(request.get("system")))) // 4)
+
+
 def message(request: dict[str, Any], tokens: int) -> dict[str, Any]:
-    prompt = max(1, (len(orjson.dumps(request.get("messages"))) + len(orjson.dumps(request.get("system")))) // 4)
+    prompt = prompt_tokens(request)
     return {"id": "msg_" + uuid.uuid4().hex, "type": "message", "role": "assistant", "model": request.get("model"),
             "content": [{"type": "text", "text": " tok" * tokens}], "stop_reason": "max_tokens",
             "stop_sequence": None, "usage": {"input_tokens": prompt, "output_tokens": tokens}}

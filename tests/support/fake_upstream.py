@@ -15,7 +15,7 @@ Behaviours by model name:
   fake-slow-stream  waits ``fake_first_ms`` before the first chunk
 
 ``POST /v1/responses`` answers in the Responses API's framing (tests/support/fake_responses.py), ``POST
-/v1/messages`` in the Messages API's (tests/support/fake_messages.py).
+/v1/messages`` and ``/v1/messages/count_tokens`` in the Messages API's (tests/support/fake_messages.py).
 """
 
 from __future__ import annotations
@@ -134,6 +134,8 @@ class FakeUpstream:
                 await self._responses(request, send)
             elif path.endswith("/messages"):
                 await self._messages(request, send)
+            elif path.endswith("/messages/count_tokens"):
+                await _respond(send, 200, orjson.dumps({"input_tokens": fake_messages.prompt_tokens(request)}))
             else:
                 await self._generate(request, receive, send)
         finally:

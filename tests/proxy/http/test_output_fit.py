@@ -22,6 +22,7 @@ from proxy.config.load import build_config, with_engine_pool
 from tests.support.clock import FakeClock
 from tests.support.configs import pool
 from tests.support.in_memory import in_memory_gateway
+from tests.support.metrics_text import sample_sum
 from tests.support.mock_engine import MockEngine
 from tests.support.mock_transport import MockReply, MockUpstreams
 
@@ -129,3 +130,22 @@ def test_the_embedded_pool_caps_what_names_no_cap_and_counts_with_its_models_tok
     assert _sent(upstreams)["max_output_tokens"] == 456 == int(long.headers[HEADER])
     asked = _chat(embedded, max_tokens=3000)
     assert _sent(upstreams)["max_tokens"] == FITS == int(asked.headers[HEADER])
+
+
+def test_each_cap_lowered_is_counted_once_and_neither_a_cap_that_fits_nor_the_route_explainers(
+        upstreams: MockUpstreams, tmp_path: Path) -> None:
+    config = {"pools": [pool("p", A, models=["m"], max_model_len=CONTEXT, **QUIET)],
+              "tokenizer": str(byte_tokenizer(tmp_path))}
+
+    def clamped(client: TestClient) -> float:
+        return sample_sum(client.get("/metrics").text, "prefixgate_output_clamped_total", pool="p")
+
+    with in_memory_gateway(config, upstreams, FakeClock(), tmp_path) as client:
+        assert clamped(client) == 0
+        explained = client.post("/admin/route/v1/chat/completions", json={
+            "model": "m", "max_tokens": 3000, "messages": [{"role": "user", "content": USER_TEXT}]})
+        assert explained.status_code == 200 and clamped(client) == 0  # the explainer counts nothing
+        assert HEADER in _chat(client, max_tokens=3000).headers
+        assert clamped(client) == 1
+        assert HEADER not in _chat(client, max_tokens=FITS).headers
+        assert clamped(client) == 1
