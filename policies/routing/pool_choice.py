@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol, TypeVar
 
-from policies.admission.length import PoolOption, choose_by_length
+from policies.admission.length import PoolOption, Side, choose_by_length
 from policies.refusals import ModelNotInPool, UnknownModel, UnknownPool
 from policies.routing.continuation import starts_short
 from policies.vocabulary import Vocabulary
@@ -24,6 +24,8 @@ class PoolReason(Vocabulary):
     LENGTH = "length", "among the pools that serve the model, by the predicted output length"
     START_SHORT = "start_short", ("a short pool that continues long, for an answer that may be cut there and whose "
                                   "template's history does not rule a short answer out")
+    HISTORY = "history", ("its template's last answers all fell well to one side of the short pool's threshold: the "
+                          "pool for that side, whatever the split's recall")
     MERGED = "merged", ("a short pool whose split does not pay now and its long pool taken as one: the less loaded of "
                         "the two")
     MODEL = "model", "the first pool that serves the model, else the first that takes any"
@@ -59,12 +61,14 @@ P = TypeVar("P", bound=Servable)
 def choose_pool(
     pools: Sequence[P], model: str, *, by_name: Mapping[str, P], embeddings: P | None = None,
     named: str | None = None, predicted_p90: int | None = None, routes_by_length: bool = False,
-    short_share: float | None = None, continuable: bool = False,
+    short_share: float | None = None, continuable: bool = False, decided: Side | None = None,
 ) -> tuple[P, PoolReason] | UnknownModel | UnknownPool | ModelNotInPool:
     """The pool for a request to ``model`` and why, or the refusal. ``embeddings``: the embeddings
     upstream, for an embeddings request; ``named``: the pool the client named; ``short_share``: of the
     template's recent answers, the share within a short pool's threshold (None: not known yet);
-    ``continuable``: the answer may be cut and continued (``policies.routing.continuation.continuable``)."""
+    ``continuable``: the answer may be cut and continued (``policies.routing.continuation.continuable``);
+    ``decided``: the side of the short threshold the template's last answers all fell on (``LengthHistory.decided``),
+    which places it whatever the split's recall."""
     if embeddings is not None and (embeddings.serves(model) or embeddings.catch_all):
         return embeddings, PoolReason.MODEL
     if named is not None:
@@ -77,7 +81,7 @@ def choose_pool(
     if predicted_p90 is not None and routes_by_length:
         serving = [pool for pool in pools if pool.serves(model)] or [pool for pool in pools if pool.catch_all]
         if serving:
-            return _by_length(serving, by_name, predicted_p90, short_share, continuable)
+            return _by_length(serving, by_name, predicted_p90, short_share, continuable, decided)
     for pool in pools:  # the common case: no list built per request
         if pool.serves(model):
             return pool, PoolReason.MODEL
@@ -88,8 +92,12 @@ def choose_pool(
 
 
 def _by_length(serving: Sequence[P], by_name: Mapping[str, P], predicted_p90: int, short_share: float | None,
-               continuable: bool) -> tuple[P, PoolReason]:
+               continuable: bool, decided: Side | None) -> tuple[P, PoolReason]:
     short = next((pool for pool in serving if pool.option.kind == "short"), None)
+    if short is not None and decided is not None:
+        long = long_pool(serving, short)
+        if long is not None:
+            return (short if decided == "short" else long), PoolReason.HISTORY
     if short is not None and continuable and short.option.continue_long:
         long = long_pool(serving, short)
         if long is not None:

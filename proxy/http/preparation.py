@@ -133,7 +133,8 @@ class Preparation:
             view.model, embeddings=self.dialect.embeds, named=headers.pool,
             predicted_p90=prediction.p90 if prediction is not None else None,
             short_share=prediction.short_share if prediction is not None else None,
-            continuable=prediction is not None and admitted is not None and admitted.may_cut)
+            continuable=prediction is not None and admitted is not None and admitted.may_cut,
+            decided=prediction.decided if prediction is not None else None)
         self.reason, self.record.pool = reason, pool.name
         if self.effects:
             self.gateway.metrics.pool_chosen(pool.name, reason)

@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
+from policies.admission.length import Side
 from policies.refusals import Refused
 from policies.routing.pool_choice import PoolReason, choose_pool, long_pool
 from proxy.clock import Clock
@@ -63,12 +64,12 @@ class Upstreams:
 
     def pool_for(self, model: str, *, embeddings: bool = False, predicted_p90: int | None = None,
                  named: str | None = None, short_share: float | None = None,
-                 continuable: bool = False) -> tuple[Pool, PoolReason]:
+                 continuable: bool = False, decided: Side | None = None) -> tuple[Pool, PoolReason]:
         """The pool for a request and why (``choose_pool``); raises the refusal when none serves it."""
         choice = choose_pool(self.pools, model, by_name=self.by_name,
                              embeddings=self.embeddings if embeddings else None, named=named,
                              predicted_p90=predicted_p90, routes_by_length=self.routes_by_length,
-                             short_share=short_share, continuable=continuable)
+                             short_share=short_share, continuable=continuable, decided=decided)
         if not isinstance(choice, tuple):
             raise Refused(choice)
         return choice

@@ -344,6 +344,7 @@ def gateway_reading(before: str, after: str) -> dict[str, float]:
             "split": sample_sum(after, "prefixgate_length_split", pool="short"),
             "by_length": delta(CHOICES, reason="length") / total, "merged": delta(CHOICES, reason="merged") / total,
             "start_short": delta(CHOICES, reason="start_short") / total,
+            "by_history": delta(CHOICES, reason="history") / total,
             "continued": delta("prefixgate_continued_total"),
             "prefilled_again": delta("prefixgate_continuation_prefill_tokens_total")}
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from policies.admission.length import (
+    DECISIVE,
+    DECISIVE_MARGIN,
     MIN_SAMPLES,
     RECALL_SAMPLES,
     RECALL_WINDOW,
@@ -137,3 +139,27 @@ def test_the_split_pays_only_once_measured_at_or_above_min_recall() -> None:
     assert not split_pays(0.94, 0.95)
     assert split_pays(0.95, 0.95)
     assert split_pays(None, 0.0) and split_pays(0.1, 0.0)  # 0: always split
+
+
+def test_a_template_is_decided_by_its_last_answers_all_well_to_one_side_and_one_out_of_line_undoes_it() -> None:
+    threshold = 256
+    short, long = threshold // DECISIVE_MARGIN, threshold * DECISIVE_MARGIN
+    assert history_of([3] * (DECISIVE - 1)).decided(threshold) is None  # too few yet
+    assert history_of([3] * DECISIVE).decided(threshold) == "short"
+    assert history_of([short] * DECISIVE).decided(threshold) == "short"
+    assert history_of([short + 1] * DECISIVE).decided(threshold) is None  # short, but not by the margin
+    assert history_of([600] * DECISIVE).decided(threshold) == "long"
+    assert history_of([long - 1] * DECISIVE).decided(threshold) is None
+    drifting = history_of([3] * 40 + [600])  # the classifier starts writing: back to the pool-wide rule at once
+    assert drifting.decided(threshold) is None
+    for _ in range(DECISIVE - 1):
+        drifting.observe(600)
+    assert drifting.decided(threshold) == "long"  # decided again on its new side
+
+
+def test_a_prediction_carries_the_decision_unless_the_clients_own_cap_keeps_the_answer_short() -> None:
+    writer = history_of([600] * DECISIVE)
+    assert predict(LengthFeatures(None), writer, 256).decided == "long"
+    assert predict(LengthFeatures(max_tokens=200), writer, 256).decided is None
+    assert predict(LengthFeatures(None), history_of([3] * DECISIVE), 256).decided == "short"
+    assert predict(LengthFeatures(None), writer).decided is None  # no short pool, nothing to decide

@@ -83,3 +83,15 @@ def test_a_short_pool_whose_split_does_not_pay_takes_requests_with_its_long_pool
     short.splits = False
     assert choose_pool(pools, "m", by_name=by_name, named="short", predicted_p90=900,
                        routes_by_length=True) == (short, "named")
+
+
+def test_a_decided_template_takes_its_sides_pool_while_the_pools_serve_as_one() -> None:
+    merged = FakePool("short", frozenset({"m"}), "short", 128, splits=False, load=5.0)
+    pools = [merged, LONG]
+    by_name = {pool.name: pool for pool in pools}
+    choose = dict(by_name=by_name, routes_by_length=True)
+    assert choose_pool(pools, "m", predicted_p90=600, **choose) == (LONG, "merged")  # the less loaded of the two
+    assert choose_pool(pools, "m", predicted_p90=600, decided="long", **choose) == (LONG, "history")
+    assert choose_pool(pools, "m", predicted_p90=3, decided="short", **choose) == (merged, "history")
+    assert choose_pool(POOLS, "m", predicted_p90=40, decided="short", **choose | {"by_name": BY_NAME}) \
+        == (SHORT, "history")
