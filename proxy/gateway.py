@@ -61,7 +61,8 @@ class Gateway:
         answers = AnswerStore(tiered_cache(config.redis, "answers", metrics, clock=clock)) if wants_answers else None
         limiter = open_limiter(config.redis, metrics.limiter_unavailable, clock)
         admission = Admission(limiter, TokenCounter(config.tokenizer), metrics, predicts=upstreams.routes_by_length,
-                              on_length=upstreams.observe_length, short_threshold=upstreams.short_threshold)
+                              on_length=upstreams.observe_length, short_threshold=upstreams.short_threshold,
+                              decided_after=upstreams.decided_after)
         access_log = None
         if config.access_log.enabled:
             access_log = AccessLog(config.access_log.path, prompts=config.access_log.prompts)

@@ -142,15 +142,15 @@ class LengthHistory:
         last = list(self.recent)[-SHIFT:]
         return all(tokens > high for tokens in last) or all(tokens < low for tokens in last)
 
-    def decided(self, threshold: int) -> Side | None:
-        """``short`` where the last ``DECISIVE`` answers were all at most ``threshold / DECISIVE_MARGIN`` tokens,
-        ``long`` where all were at least ``threshold * DECISIVE_MARGIN``; None for a history thinner or mixed. One
-        answer out of line ends it, so an app that changes goes back to the pool-wide rule at once, and is decided
-        again on its new side ``DECISIVE`` answers later."""
+    def decided(self, threshold: int, answers: int = DECISIVE) -> Side | None:
+        """``short`` where the last ``answers`` were all at most ``threshold / DECISIVE_MARGIN`` tokens, ``long``
+        where all were at least ``threshold * DECISIVE_MARGIN``; None for a history thinner or mixed (or ``answers``
+        0: off). One answer out of line ends it, so an app that changes goes back to the pool-wide rule at once, and
+        is decided again on its new side ``answers`` later."""
         recent = self.recent
-        if len(recent) < DECISIVE:
+        if answers < 1 or len(recent) < answers:
             return None
-        last = [recent[index] for index in range(len(recent) - DECISIVE, len(recent))]
+        last = [recent[index] for index in range(len(recent) - answers, len(recent))]
         if max(last) * DECISIVE_MARGIN <= threshold:
             return "short"
         if min(last) >= threshold * DECISIVE_MARGIN:
@@ -166,7 +166,8 @@ class LengthHistory:
         return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def predict(features: LengthFeatures, history: LengthHistory | None, short_threshold: int | None = None) -> Prediction:
+def predict(features: LengthFeatures, history: LengthHistory | None, short_threshold: int | None = None,
+            decided_after: int = DECISIVE) -> Prediction:
     """Predicted completion tokens per choice; never above the request's max_tokens. With a
     ``short_threshold`` and a history to read, also the share of its answers within it."""
     cap = features.max_tokens
@@ -176,7 +177,7 @@ def predict(features: LengthFeatures, history: LengthHistory | None, short_thres
         source: Literal["history", "prior"] = "history"
         if short_threshold is not None:
             share = history.share_within(short_threshold)
-            decided = history.decided(short_threshold)
+            decided = history.decided(short_threshold, decided_after)
     else:
         p90 = UNKNOWN_P90
         if features.tools:
@@ -207,6 +208,7 @@ class PoolOption:
     min_recall: float = 0.0
     continue_long: bool = False  # a short pool: answers that may be cut start here (``policies.routing.continuation``)
     long_when_short_below: float = 0.2
+    decided_after: int = DECISIVE  # a template's own answers place it after this many (``LengthHistory.decided``)
 
 
 class ShortRecall:

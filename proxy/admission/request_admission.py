@@ -84,9 +84,11 @@ class LengthBook:
 
 class Admission:
     def __init__(self, limiter: Limiter, counter: TokenCounter, metrics: Metrics, *, predicts: bool,
-                 on_length: LengthObserver | None = None, short_threshold: int | None = None) -> None:
+                 on_length: LengthObserver | None = None, short_threshold: int | None = None,
+                 decided_after: int = 0) -> None:
         self.limiter = limiter
         self.short_threshold = short_threshold  # a prediction says the share of its history within it
+        self.decided_after = decided_after  # and which side of it the history has settled on, after this many
         self.on_length = on_length  # told each answer's model, predicted p90 and length
         self.counter = counter
         self.metrics = metrics
@@ -124,7 +126,8 @@ class Admission:
         features = features_of(body, requested_output(body, OUTPUT_FIELDS[endpoint])[1])
         chat = endpoint != "completions"  # a Responses conversation is a chat
         key = length_key(pieces, chat, tenant_name, str(body.get("model", "")), features.json_answer)
-        return key, step_of(pieces, chat), predict(features, self.book.get(key), self.short_threshold)
+        prediction = predict(features, self.book.get(key), self.short_threshold, self.decided_after)
+        return key, step_of(pieces, chat), prediction
 
     async def charge(self, tenant_name: str, tenant: TenantAdmission, admitted: Admitted, body: dict[str, Any],
                      headers: ResponseHeaders) -> None:

@@ -62,6 +62,12 @@ class BasePoolConfig(_Frozen):
     the default asks that nearly all be predicted short. `prefixgate_length_short_recall` and
     `prefixgate_length_split` show the state.
     0: always split. With `continue_long` it applies only to the requests that may not be cut"""
+    decided_after: int = Field(8, ge=0)
+    """with `output: short`: a template whose last this many answers all fell a factor of two or more to one side of
+    `short_threshold` (at most half of it, or at least twice it) goes to the pool for that side, whatever
+    `min_recall` says of the split (pool reason `history`); one answer out of line hands it back to the split or the
+    merge. Apps whose answers never straddle the threshold are routed after this many, not after the 64 short
+    answers over all traffic that `min_recall` waits for (docs/tuning.md). 0: off"""
     continue_long: bool = False
     """with `output: short`: start short, continue long (both pools of kind openai). A plain-text answer (no tools,
     `response_format`, guided decoding, `n` > 1, `logprobs`, `echo`, `best_of`, `seed`, presence or frequency

@@ -66,7 +66,7 @@ class Pool:
         self.declared_models = frozenset(config.models)
         self.discovered_models: frozenset[str] = frozenset()
         self.option = PoolOption(name, config.output, config.short_threshold, config.min_recall,
-                                 config.continue_long, config.long_when_short_below)
+                                 config.continue_long, config.long_when_short_below, config.decided_after)
         # a short pool's: how many short answers its prediction catches
         self.recall = ShortRecall(config.short_threshold) if config.output == "short" else None
         self.priority_hints = config.priority_hints  # send vLLM's priority: the predicted output tokens

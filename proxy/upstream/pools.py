@@ -49,6 +49,9 @@ class Upstreams:
         self.continues = any(pool.option.continue_long for pool in self.short_pools)  # some answers may be cut
         # what a prediction's short share is measured against: the smallest short threshold
         self.short_threshold = min((pool.option.short_threshold for pool in self.short_pools), default=None)
+        # after how many answers a template's own place it: that same short pool's ``decided_after``
+        narrowest = min(self.short_pools, key=lambda pool: pool.option.short_threshold, default=None)
+        self.decided_after = narrowest.option.decided_after if narrowest is not None else 0
 
     async def start(self) -> None:
         """What each pool loads and runs while the gateway serves (``Pool.start``), then what the pools that

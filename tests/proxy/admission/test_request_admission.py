@@ -377,6 +377,21 @@ def test_two_clear_cut_apps_are_routed_by_their_own_answers_within_ten_and_a_dri
     assert sample_sum(metrics, "prefixgate_pool_choices_total", pool="long", reason="history") >= 3
 
 
+def test_with_decided_after_0_the_pools_wait_for_the_pool_wide_recall(
+    short_and_long: tuple[FakeServer, FakeServer], start_proxy: Callable[..., str]
+) -> None:
+    short, long = short_and_long
+    proxy = start_proxy({"pools": [pool("short", short.base_url, models=["fake-model"], output="short",
+                                        decided_after=0),
+                                   pool("long", long.base_url, models=["fake-model"], output="long")]})
+    body = chat(messages=[{"role": "system", "content": "You write long articles."},
+                          {"role": "user", "content": "Next one."}], fake_tokens=600)
+    statuses = [httpx.post(proxy + "/v1/chat/completions", json=body).status_code for _ in range(10)]
+    assert statuses == [200] * 10
+    explained = httpx.post(proxy + "/admin/route/v1/chat/completions", json=body).json()
+    assert explained["pool_reason"] == "merged"
+
+
 def test_a_configured_tokenizer_counts_the_prompt(fake: FakeServer, start_proxy: Callable[..., str],
                                                   tmp_path: Path) -> None:
     """With the model's tokenizer.json the cap counts its tokens: here one per word plus three for the
