@@ -200,6 +200,11 @@ def _result_text(content: Any) -> str:
 
 
 def _as_chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A Messages tool as vLLM hands it to the template: ``strict`` and ``defer_loading`` (Claude Code defers some
+    tools) only where set, as its serializer leaves them out otherwise."""
     function = {"name": tool.get("name"), "description": tool.get("description"),
                 "parameters": tool.get("input_schema")}
+    for key in ("strict", "defer_loading"):
+        if tool.get(key) is not None:
+            function[key] = tool[key]
     return {"type": "function", "function": function}

@@ -29,6 +29,37 @@ def _content_text(content: Any) -> Any:
     return content
 
 
+def _content_parts(content: Any) -> Any:
+    """vLLM's parts form of a message's content: each text part (chat's ``text``, the Responses API's
+    ``input_text`` and ``output_text``) as a chat ``text`` part, and nothing else of it."""
+    if isinstance(content, list):
+        return [{"type": "text", "text": part["text"]} if is_text_part(part) else part for part in content]
+    return content
+
+
+def reads_content_parts(template: str) -> bool:
+    """Whether a chat template loops over a message's content parts, which vLLM then hands it as they came (its
+    content format ``openai``), where a template that reads content as a string gets the text parts joined by
+    newlines (``string``). vLLM's detection (``_detect_content_format``) reads the template's syntax tree for a loop
+    over ``message['content']``, ``message.content`` or a variable named ``content``; so does this, without
+    following macros or content assigned to another name first."""
+    import jinja2
+
+    try:
+        root = jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(template)
+    except jinja2.TemplateError:
+        return False
+    for loop in root.find_all(jinja2.nodes.For):
+        looped = loop.iter
+        if isinstance(looped, jinja2.nodes.Getitem) and isinstance(looped.arg, jinja2.nodes.Const) \
+                and looped.arg.value == "content":
+            return True
+        if (isinstance(looped, jinja2.nodes.Getattr) and looped.attr == "content") \
+                or (isinstance(looped, jinja2.nodes.Name) and looped.name == "content"):
+            return True
+    return False
+
+
 def _developer_as_system(conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """What vLLM sends a template that has no developer role: developer messages as system ones, and,
     where a system message is then not the first, all system texts merged first (joined by a blank line)."""
@@ -56,6 +87,7 @@ class PromptTokens:
         self.tokenizer = self.template.backend_tokenizer  # the Rust tokenizer, without Python wrapping
         template = self.template.chat_template if isinstance(self.template.chat_template, str) else ""
         self.developer_role = '"developer"' in template or "'developer'" in template  # vLLM's test for it
+        self.content = _content_parts if reads_content_parts(template) else _content_text
         self.max_chars = max_chars
 
     def rendered(self, body: dict[str, Any]) -> tuple[str, bool] | None:
@@ -64,7 +96,7 @@ class PromptTokens:
         messages = body.get("messages")
         if isinstance(messages, list):
             tools = body.get("tools") if body.get("tool_choice") != "none" else None
-            conversation = [{**message, "content": _content_text(message.get("content"))}
+            conversation = [{**message, "content": self.content(message.get("content"))}
                             for message in messages if isinstance(message, dict)]
             if not self.developer_role and any(message.get("role") == "developer" for message in conversation):
                 conversation = _developer_as_system(conversation)

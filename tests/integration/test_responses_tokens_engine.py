@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from policies.prompt.messages import messages_conversation
 from policies.prompt.responses import responses_messages
 from proxy.kv_events.prompt_tokens import PromptTokens
 from tests.support.embedded import Embedded
@@ -65,3 +66,29 @@ def test_a_chat_developer_message_is_rendered_as_the_engine_renders_it(embedded:
                         json={"model": embedded.model, "messages": messages, "max_tokens": 1}, timeout=120)
     assert answer.status_code == 200, answer.text
     assert len(tokens.of_chat(messages)) == answer.json()["usage"]["prompt_tokens"]
+
+
+MESSAGES_CASES: dict[str, dict[str, Any]] = {
+    # Claude Code's first user turn: harness reminders, then the prompt, as parts (the tiny model's template loops
+    # over them, so vLLM hands it the list, which it joins with nothing)
+    "a user turn of several text parts": {"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "<system-reminder>\nToday is Sunday.\n</system-reminder>"},
+        {"type": "text", "text": "Add a multiply function."}]}]},
+    # Claude Code defers some tools' schemas; vLLM renders the flag, and strict where set
+    "tools, one deferred": {"system": "Agent.", "messages": [{"role": "user", "content": "Hi"}], "tools": [
+        {"name": "Read", "description": "Read a file.", "input_schema": {"type": "object"}},
+        {"name": "WebFetch", "description": "Fetch a page.", "input_schema": {"type": "object"},
+         "defer_loading": True},
+        {"name": "Edit", "description": "Edit a file.", "input_schema": {"type": "object"}, "strict": True}]},
+}
+
+
+@pytest.mark.parametrize("case", MESSAGES_CASES)
+def test_a_messages_conversation_has_the_engines_own_token_count(embedded: Embedded, tokens: PromptTokens,
+                                                                  case: str) -> None:
+    body = {"model": embedded.model, "max_tokens": 1, **MESSAGES_CASES[case]}
+    answer = httpx.post(embedded.engine + "/v1/messages/count_tokens", json=body, timeout=120)
+    assert answer.status_code == 200, answer.text
+    rendered = tokens.of_body(messages_conversation(body))
+    assert rendered is not None
+    assert len(rendered) == answer.json()["input_tokens"]
