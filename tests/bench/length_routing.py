@@ -1,14 +1,20 @@
 """Length routing on real vLLM engines, with a workload whose answer lengths the gateway cannot see.
 
 Two engines (``--max-num-seqs`` batch slots each, so long answers hold slots as they do on a busy GPU) and
-six layouts through prefixgate, each pass sending every layout the same Poisson arrivals of
-``tests/bench/length_workload.py`` requests:
+seven layouts through prefixgate, each pass sending every layout the same Poisson arrivals of
+``tests/bench/length_workload.py`` requests (``--workload``: ``mixed``, seven apps, two of which drift and some of
+whose answers straddle the threshold; or ``decisive``, five apps whose answers never straddle it):
   one pool              both engines in one pool (least loaded);
   oracle split          a short pool (engine A) and a long pool (engine B), each request named to the pool its true
                         length belongs to (``x-prefixgate-pool``), no continuation, ``min_recall: 0``: the best a
                         predictor could do;
-  predicted split       the same two pools, prefixgate choosing by its predicted p90 (``continue_long: false``,
-                        the default ``min_recall``: while the short pool's recall is short of it the two act as one);
+  predicted split       the same two pools as configured by default (``continue_long: false``): a template whose
+                        last ``decided_after`` (8) answers all fell a factor of two to one side of the threshold goes
+                        to that side's pool (reason ``history``); the rest by predicted p90 while the short pool's
+                        recall reaches ``min_recall``, else the two act as one;
+  predicted split, before
+                        the same with ``decided_after: 0``: the default before templates were placed by their own
+                        history (a gateway without the setting runs it as it is);
   start short, continue long
                         ``continue_long: true``: a request that may be cut starts in the short pool capped at the
                         threshold T and an answer cut there is continued in the long pool, joined for the client;
@@ -34,9 +40,14 @@ answers longer than T, the gap between content chunks T and T+1 (the seam where 
 position's ordinary gap in the other layouts). Reported per rate and layout, medians of the passes [range]: short
 answers' TTFT p50/p95, long answers' TTFT p95 and e2e p95, the seam gap p50/p95, output tokens/s, the tokens the
 long pool's engine was sent again and the answers continued (the gateway's counters, read when the window's first
-arrival is due and after its last answer), errors and the gateway's own reading; then the targets, PASS or MISS.
+arrival is due and after its last answer), errors and the gateway's own reading (with the share of requests its
+templates' history placed); then the targets, PASS or MISS, and issue 54's for ``predicted split``: short TTFT p95
+no worse than one pool's beyond one pool's pass-to-pass range at every rate; on the mixed workload, short TTFT
+p95, long e2e p95 and tokens/s no worse than ``predicted split, before``'s beyond its range; on the decisive
+workload, >= 0.80 of the oracle's short-p95 gain at the congested rate.
 
     python tests/bench/length_routing.py [--rates 4,6] [--seconds 40] [--warmup 30] [--passes 3] [--layouts 'A;B']
+        [--workload mixed|decisive]
     python tests/bench/length_routing.py --engine-urls URL1,URL2 --model NAME --budget S   # engines started elsewhere
     python tests/bench/length_routing.py --render docs/length_routing.json   # the tables again, no engines
 """
@@ -71,7 +82,7 @@ sys.path.insert(0, str(ROOT))
 from proxy.config.pools import OpenAIPoolConfig  # noqa: E402
 from proxy.engine.process import free_port  # noqa: E402
 from tests.bench import machine  # noqa: E402
-from tests.bench.length_workload import LengthRequest, workload  # noqa: E402
+from tests.bench.length_workload import WORKLOADS, LengthRequest, workload  # noqa: E402
 from tests.bench.open_loop import percentile, schedule  # noqa: E402
 from tests.bench.processes import start_engine, start_gateway, stop_gateway  # noqa: E402
 from tests.bench.report import command_line, write_block, write_result  # noqa: E402
@@ -351,12 +362,13 @@ def gateway_reading(before: str, after: str) -> dict[str, float]:
 
 # ---- the layouts ---------------------------------------------------------------------------------
 
-LAYOUTS = ("one pool", "oracle split", "predicted split", "start short, continue long", "predicted split, priority",
-           "continue long, priority")
+LAYOUTS = ("one pool", "oracle split", "predicted split", "predicted split, before", "start short, continue long",
+           "predicted split, priority", "continue long, priority")
 # a continued layout -> the same without continuation, whose long answers start in the long pool: the seam of the
 # one is held to the long answers' TTFT of the other
 CONTINUED = {"start short, continue long": "predicted split", "continue long, priority": "predicted split, priority"}
-OLD_BEHAVIOUR = {"continue_long": False, "priority_hints": False}
+OLD_BEHAVIOUR = {"continue_long": False, "priority_hints": False, "decided_after": 0}
+NEW, BEFORE = "predicted split", "predicted split, before"  # issue 54: templates placed by their own history
 
 
 def layouts(shims: list[str], model: str) -> dict[str, tuple[list[dict[str, Any]], bool]]:
@@ -372,6 +384,7 @@ def layouts(shims: list[str], model: str) -> dict[str, tuple[list[dict[str, Any]
     return {"one pool": (one, False),
             "oracle split": (split(False, continue_long=False, min_recall=0), True),
             "predicted split": (split(False, continue_long=False), False),
+            "predicted split, before": (split(False, continue_long=False, decided_after=0), False),
             "start short, continue long": (split(False, continue_long=True), False),
             "predicted split, priority": (split(True, continue_long=False), False),
             "continue long, priority": (split(True, continue_long=True), False)}
@@ -379,8 +392,9 @@ def layouts(shims: list[str], model: str) -> dict[str, tuple[list[dict[str, Any]
 
 def for_this_gateway(name: str, pools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The pools as this checkout's config reads them: a setting it does not know is left out where its value
-    is what the gateway does without it (``continue_long: false``), and refused otherwise, so the layouts of
-    before continuation run against a gateway from before it and the others say what they need."""
+    is what the gateway does without it (``continue_long: false``, ``decided_after: 0``), and refused otherwise,
+    so the layouts of before continuation or history run against a gateway from before it and the others say
+    what they need."""
     known = OpenAIPoolConfig.model_fields
     needed = sorted({key for pool in pools for key, value in pool.items()
                      if key not in known and OLD_BEHAVIOUR.get(key, not value) != value})
@@ -427,7 +441,8 @@ def run_pass(rate: float, number: int, chosen: dict[str, tuple[list[dict[str, An
     """Every layout at ``rate``, one after the other, each sent the same arrivals (seeded by the pass)."""
     seed = 100 + number
     offsets = schedule(rate, args.warmup + args.seconds, seed)
-    arrivals = (workload(seed, len(offsets)), offsets, sum(offset < args.warmup for offset in offsets))
+    arrivals = (workload(seed, len(offsets), args.workload), offsets,
+                sum(offset < args.warmup for offset in offsets))
     results = {}
     for name, (pools, oracle) in chosen.items():
         results[name] = one_run(pools, oracle, arrivals, engines, workdir, args.model)
@@ -503,11 +518,41 @@ def verdict(passed: bool | None) -> str | None:
     return None if passed is None else "PASS" if passed else "MISS"
 
 
-def targets(runs: Runs, name: str, congested: bool) -> dict[str, Any]:
+def no_worse(mine: list[dict[str, Any]], theirs: list[dict[str, Any]], key: str, higher: bool = False
+             ) -> dict[str, Any]:
+    """Whether a layout's median over the passes is no worse than the other's worst pass: worse beyond the
+    other's pass-to-pass range is what the machine's noise does not explain (``higher``: more is better)."""
+    median = spread([p.get(key, math.nan) for p in mine])["median"]
+    values = [v for v in (p.get(key, math.nan) for p in theirs) if not math.isnan(v)]
+    bound = (min(values) if higher else max(values)) if values else math.nan
+    known = not math.isnan(median + bound)
+    return {"median": median, "bound": bound, "ok": (median >= bound if higher else median <= bound) if known else None}
+
+
+ISSUE_54 = ("short_ttft_p95_ms", "long_e2e_p95_ms", "tokens_per_s")
+
+
+def issue_54(runs: Runs, name: str, workload: str, gain_verdict: str | None) -> dict[str, Any]:
+    """Issue 54's targets: short TTFT p95 no worse than one pool's beyond its range (every layout, every rate);
+    for ``predicted split``, on the mixed workload short TTFT p95, long e2e p95 and tokens/s no worse than
+    ``predicted split, before``'s beyond its range, and on the decisive workload >= 0.80 of the oracle's gain."""
+    out: dict[str, Any] = {"within_one": no_worse(runs[name], runs["one pool"], "short_ttft_p95_ms")}
+    out["within_one_verdict"] = verdict(out["within_one"]["ok"])
+    if name == NEW and BEFORE in runs:
+        checks = {key: no_worse(runs[name], runs[BEFORE], key, key == "tokens_per_s") for key in ISSUE_54}
+        out["vs_before"] = checks
+        known = [check["ok"] for check in checks.values() if check["ok"] is not None]
+        out["vs_before_verdict"] = verdict(all(known) if known and workload == "mixed" else None)
+    if name == NEW:
+        out["decisive_gain_verdict"] = gain_verdict if workload == "decisive" else None
+    return out
+
+
+def targets(runs: Runs, name: str, congested: bool, workload: str = "mixed") -> dict[str, Any]:
     """The layout's targets against one pool, pass by pass: the oracle's short-answer p95 gain kept (>= 0.80,
     judged at the congested rate), short p95 never worse than one pool's, long answers' e2e p95 <= 1.25x and
     output tokens/s >= 0.95x one pool's; for a continued layout, the seam gap p95 <= the long answers' TTFT p95
-    of the same layout without continuation + 50 ms."""
+    of the same layout without continuation + 50 ms; issue 54's (``issue_54``)."""
     one, mine = runs["one pool"], runs[name]
 
     def ratios(key: str, of: Runs | None = None) -> list[float]:
@@ -531,14 +576,15 @@ def targets(runs: Runs, name: str, congested: bool) -> dict[str, Any]:
         limit = spread([p["long_ttft_p95_ms"] for p in runs[CONTINUED[name]]])["median"] + 50
         out["seam"] = {"seam_p95_ms": seam, "limit_ms": limit}
         out["seam_verdict"] = verdict(None if math.isnan(seam + limit) else seam <= limit)
+    out["issue_54"] = issue_54(runs, name, workload, out.get("gain_kept_verdict"))
     return out
 
 
-def report(by_rate: dict[str, Runs]) -> dict[str, Any]:
+def report(by_rate: dict[str, Runs], workload: str = "mixed") -> dict[str, Any]:
     """Per rate: each layout's medians [range] over the passes and its targets; the highest rate is the
     congested one."""
     congested = max(by_rate, key=float) if by_rate else None
-    out: dict[str, Any] = {"congested_rate": congested, "rates": {}, "passes": by_rate}
+    out: dict[str, Any] = {"congested_rate": congested, "workload": workload, "rates": {}, "passes": by_rate}
     for rate, runs in by_rate.items():
         keys = list(dict.fromkeys(key for passes_ in runs.values() for row in passes_ for key, value in row.items()
                                   if isinstance(value, (int, float))))
@@ -546,7 +592,7 @@ def report(by_rate: dict[str, Runs]) -> dict[str, Any]:
                 for name, passes_ in runs.items()}
         for name, passes_ in runs.items():  # each failure's kind, over the passes (a pass before kinds: none)
             rows[name]["failures"] = dict(sum((Counter(p.get("failures", {})) for p in passes_), Counter()))
-        goals = ({name: targets(runs, name, rate == congested) for name in runs if name != "one pool"}
+        goals = ({name: targets(runs, name, rate == congested, workload) for name in runs if name != "one pool"}
                  if "one pool" in runs else {})
         out["rates"][rate] = {"layouts": rows, "targets": goals, "passes": min(map(len, runs.values()))}
     return out
@@ -571,7 +617,8 @@ def layout_table(rows: dict[str, dict[str, Any]]) -> list[str]:
     for name, row in rows.items():
         reading = "-" if name == "one pool" or "recall" not in row else (
             f"recall {row['recall']['median']:.2f}, by length {row['by_length']['median']:.0%}, as one pool "
-            f"{row['merged']['median']:.0%}, started short {row.get('start_short', {}).get('median', 0):.0%}")
+            f"{row['merged']['median']:.0%}, started short {row.get('start_short', {}).get('median', 0):.0%}, "
+            f"by history {row.get('by_history', {}).get('median', 0):.0%}")
         lines.append(f"| {name} | {cell(row['short_ttft_p50_ms'])} | {cell(row['short_ttft_p95_ms'])} | "
                      f"{cell(row['long_ttft_p95_ms'])} | {cell(row.get('long_e2e_p95_ms'))} | "
                      f"{cell(row.get('seam_p50_ms'))} | {cell(row.get('seam_p95_ms'))} | {cell(row['tokens_per_s'])} | "
@@ -606,10 +653,59 @@ def target_table(goals: dict[str, dict[str, Any]], congested: str) -> list[str]:
     return lines
 
 
+def bound_cell(check: dict[str, Any], higher: bool = False) -> str:
+    if math.isnan(check["median"] + check["bound"]):
+        return "-"
+    return f"{check['median']:.0f} {'>=' if higher else '<='} {check['bound']:.0f}" if check["ok"] else (
+        f"{check['median']:.0f} {'<' if higher else '>'} {check['bound']:.0f}")
+
+
+def issue_table(goals: dict[str, dict[str, Any]], rows: dict[str, dict[str, Any]], congested: str) -> list[str]:
+    """Issue 54's targets for the new default and, beside it, today's: a bound is the other layout's worst pass."""
+    lines = ["| layout | requests placed by history | short TTFT p95 ms vs one pool's worst pass (no worse beyond its "
+             "range, every rate) | vs predicted split, before's worst pass: short TTFT p95 ms; long e2e p95 ms; "
+             "tokens/s (mixed workload: no worse beyond its range) | share of the oracle's short-p95 gain kept "
+             f"(decisive workload: >= 0.80 at {congested}/s) |", "|---" * 5 + "|"]
+    for name in (NEW, BEFORE):
+        if name not in goals:
+            continue
+        goal = goals[name]["issue_54"]
+        history = rows[name].get("by_history")
+        before = goal.get("vs_before")
+        before_cell = "-" if before is None else judged("; ".join(
+            bound_cell(before[key], key == "tokens_per_s") for key in ISSUE_54), goal["vs_before_verdict"])
+        kept = goals[name].get("gain_kept")
+        kept_cell = "-" if not kept or not kept["passes"] else judged(
+            f"{cell(kept, 2)} ({passes_of(kept['passes'])})", goal.get("decisive_gain_verdict"))
+        lines.append(f"| {name} | {cell({k: v * 100 for k, v in history.items()}) + ' %' if history else '-'} | "
+                     f"{judged(bound_cell(goal['within_one']), goal['within_one_verdict'])} | {before_cell} | "
+                     f"{kept_cell} |")
+    return lines
+
+
+def issue_summary(result: dict[str, Any]) -> list[str]:
+    """Issue 54's targets for ``predicted split`` over every rate: PASS where every rate's verdict is."""
+    blocks = [block["targets"][NEW]["issue_54"] for block in result["rates"].values()
+              if NEW in block["targets"] and BEFORE in block["layouts"]]
+    if not blocks:
+        return []
+
+    def overall(key: str) -> str:
+        marks = [goal.get(key) for goal in blocks if goal.get(key) is not None]
+        return "-" if not marks else "**PASS**" if all(mark == "PASS" for mark in marks) else "**MISS**"
+
+    return ["", f"Issue 54, {NEW} on the {result.get('workload', 'mixed')} workload: short TTFT p95 no worse than "
+            f"one pool's beyond its range at every rate {overall('within_one_verdict')}; no worse than {BEFORE} "
+            f"beyond its range at every rate (mixed workload) {overall('vs_before_verdict')}; >= 0.80 of the "
+            f"oracle's gain at {result['congested_rate']}/s (decisive workload) {overall('decisive_gain_verdict')}."]
+
+
 def markdown(result: dict[str, Any]) -> str:
     parts = []
+    workload = result.get("workload", "mixed")
     for rate, block in sorted(result["rates"].items(), key=lambda item: float(item[0])):
-        parts += ["", f"**{rate} arrivals/s** ({passes_of(block['passes'])})", "", *layout_table(block["layouts"])]
+        parts += ["", f"**{rate} arrivals/s, {workload} workload** ({passes_of(block['passes'])})", "",
+                  *layout_table(block["layouts"])]
         failed = {name: row.get("failures") for name, row in block["layouts"].items() if row.get("failures")}
         if failed:
             parts += ["", "Failures over the passes, by kind: " + "; ".join(
@@ -617,11 +713,15 @@ def markdown(result: dict[str, Any]) -> str:
                 for name, kinds in failed.items()) + "."]
         if block["targets"]:
             parts += ["", f"Targets at {rate}/s:", "", *target_table(block["targets"], result["congested_rate"])]
+        if block["targets"] and BEFORE in block["layouts"]:
+            parts += ["", f"Issue 54's targets at {rate}/s:", "",
+                      *issue_table(block["targets"], block["layouts"], result["congested_rate"])]
     everywhere = {name: [block["targets"][name]["short_p95_never_worse"] for block in result["rates"].values()
                          if name in block["targets"]] for name in LAYOUTS}
     parts += ["", "Short-answer TTFT p95 no worse than one pool's in every pass at every rate: " + ", ".join(
         f"{name} **{'PASS' if all(mark == 'PASS' for mark in marks) else 'MISS'}**"
         for name, marks in everywhere.items() if marks) + "."] if any(everywhere.values()) else []
+    parts += issue_summary(result)
     return "\n".join(parts).strip()
 
 
@@ -635,16 +735,26 @@ def caption(meta: dict[str, Any]) -> str:
            "all requests are priority 0, which vLLM orders first come first served); each engine's prefix cache reset "
            "before each layout" if "rates" in args else "a run from before priority scheduling and cache resets")
     rates = args.get("rates") or f"{args['rate']:g}"
+    workload = args.get("workload", "mixed")
     return (f"Command: {command}; run of {meta['date']}. {engines}, {args['max_num_seqs']} batch slots each, {how}. "
-            f"{rates.replace(',', ' and ')} arrivals/s of the length workload, {args['warmup']:g} s unmeasured then "
-            f"{args['seconds']:g} s measured per layout and pass, every layout the same arrivals in a pass, the "
+            f"{rates.replace(',', ' and ')} arrivals/s of the {WORKLOAD_WORDS[workload]}, {args['warmup']:g} s "
+            f"unmeasured then {args['seconds']:g} s measured per layout and pass, every layout the same arrivals in a "
+            f"pass, the "
             f"passes of the rates interleaved; short = true length <= {THRESHOLD} tokens (T). The shim hands on "
             f"each token as a chunk of its own, so content chunk n is token n. TTFT is the first content chunk, "
             f"from the scheduled arrival; the seam gap is the time between content chunks T and T+1 "
             f"of answers longer than T (where a continued answer changes engine; elsewhere an ordinary gap); tokens "
             f"prefilled again and continued answers are the gateway's counters between the window's first arrival "
             f"and its last answer; its reading gives the short pool's recall at the end and the shares of the "
-            f"window's requests routed by length, as one pool and started short. Medians of the passes [range].")
+            f"window's requests routed by length, as one pool, started short and by their template's history. "
+            f"Medians of the passes [range].")
+
+
+WORKLOAD_WORDS = {"mixed": "mixed length workload (seven apps, two of which drift halfway; about a third of the "
+                           "short answers from templates whose lengths straddle the threshold)",
+                  "decisive": "decisive length workload (five apps whose answers never straddle the threshold: "
+                              "1-3, 8-16 and 30-100 tokens, about 600 and about 900; no max_tokens)"}
+assert set(WORKLOAD_WORDS) == set(WORKLOADS)
 
 
 def publish(out: Path, name: str, meta: dict[str, Any], result: dict[str, Any]) -> None:
@@ -659,6 +769,7 @@ def from_file(path: Path) -> tuple[dict[str, Any], dict[str, Runs]]:
     if all(isinstance(passes_, list) for passes_ in found.values()):
         found = {f"{meta['args']['rate']:g}": found}
     meta.setdefault("vllm", machine.vllm_version())
+    meta.setdefault("workload", meta["args"].setdefault("workload", "mixed"))  # a file from before --workload
     return meta, found
 
 
@@ -669,6 +780,9 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=30.0, help="seconds of the workload before it")
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--layouts", help=f"only these layouts (a ';' list of {', '.join(LAYOUTS)})")
+    parser.add_argument("--workload", choices=list(WORKLOADS), default="mixed",
+                        help="tests/bench/length_workload.py's mixed apps, or its decisive ones (never straddling "
+                             "the threshold)")
     parser.add_argument("--max-num-seqs", type=int, default=2, help="each engine's batch slots (for the caption "
                                                                     "with --engine-urls)")
     parser.add_argument("--engine-urls", help="two engines started elsewhere (origins, a comma list): none started "
@@ -677,7 +791,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--budget", type=float, default=0, help="seconds for all passes; a pass that would not end "
                                                                 "within it is not started (0: none)")
     parser.add_argument("--where", help="the caption's engines and machine (default: detected at run time)")
-    parser.add_argument("--name", default="length_routing", help="docs block and result file stem")
+    parser.add_argument("--name", help="docs block and result file stem (default: length_routing, "
+                                       "length_routing_decisive for the decisive workload)")
     parser.add_argument("--shim", nargs=2, metavar=("PORT", "ENGINE"), help=argparse.SUPPRESS)
     parser.add_argument("--render", metavar="JSON", help="only write the tables again from this result file")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
@@ -691,22 +806,25 @@ def main() -> None:
         return
     if args.render:  # the tables again from a result file's passes, after a change to how they are summed up
         meta, by_rate = from_file(Path(args.render))
-        publish(Path(args.out), Path(args.render).stem, meta, report(by_rate))
-        print(markdown(report(by_rate)))
+        publish(Path(args.out), Path(args.render).stem, meta, report(by_rate, meta["workload"]))
+        print(markdown(report(by_rate, meta["workload"])))
         return
     chosen_layouts(["http://check", "http://check"], args)  # refuse a layout this gateway cannot run before starting
     first = args.engine_urls.split(",")[0] if args.engine_urls else None
-    meta = {"date": date.today().isoformat(), "machine": machine.machine(),
+    args.name = args.name or ("length_routing" if args.workload == "mixed" else f"length_routing_{args.workload}")
+    named = any(arg.split("=", 1)[0] == "--workload" for arg in sys.argv[1:])  # the command names it either way
+    meta = {"date": date.today().isoformat(), "machine": machine.machine(), "workload": args.workload,
             "vllm": machine.engine_version(first) if first else machine.vllm_version(),
             "where": args.where or (f"{machine.machine()}; {machine.engine_version(first)}" if first else None),
-            "command": command_line("length_routing.py", sys.argv[1:]),
+            "command": command_line("length_routing.py", sys.argv[1:] + ([] if named else
+                                                                          ["--workload", args.workload])),
             "args": {k: v for k, v in vars(args).items() if k not in ("shim", "render", "out", "where")}}
     def save(by_rate: dict[str, Runs]) -> None:  # after every pass: a run cut short keeps what it measured
-        publish(Path(args.out), args.name, meta, report(by_rate))
+        publish(Path(args.out), args.name, meta, report(by_rate, args.workload))
 
     by_rate = run(args, Path(tempfile.mkdtemp(prefix="pg-length-routing-")), save)
     save(by_rate)
-    print(markdown(report(by_rate)))
+    print(markdown(report(by_rate, args.workload)))
 
 
 if __name__ == "__main__":

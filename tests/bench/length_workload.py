@@ -1,7 +1,9 @@
-"""A seeded workload of chat requests whose output length the gateway cannot see.
+"""Seeded workloads of chat requests whose output length the gateway cannot see.
 
-Three tenants run seven apps. Each app has its own system prompt, from one short line to about four
-thousand tokens, user messages that differ on every request, and its own output-length distribution:
+``workload(seed, requests, kind)``: ``mixed`` (the default) or ``decisive``.
+
+The mixed workload: three tenants run seven apps. Each app has its own system prompt, from one short line to
+about four thousand tokens, user messages that differ on every request, and its own output-length distribution:
 
 - ``acme/sentiment``: a one-line classifier prompt, answers of 1-3 tokens, the client sends max_tokens 1024;
 - ``acme/support-chat``: a 3,000-character prompt with the current time in it, lognormal answers
@@ -16,6 +18,20 @@ thousand tokens, user messages that differ on every request, and its own output-
 - ``initech/intent``: a short JSON classifier prompt (``response_format``), answers of 8-16 tokens;
 - ``initech/codegen``: code answers of about 900 tokens that become diffs of about 120 halfway through
   the run (drift the other way); max_tokens 4096.
+
+The decisive workload: five apps whose answers never straddle the short pool's default threshold of 256
+tokens, each staying a factor of two (the gateway's ``DECISIVE_MARGIN``) to its side of it, at most
+``SHORT_MOST`` or at least ``LONG_LEAST`` tokens (the generator checks every answer against its app's side):
+
+- ``acme/ticket-label``: a one-line classifier prompt, answers of 1-3 tokens;
+- ``initech/intent``: the mixed workload's JSON intent classifier, answers of 8-16 tokens;
+- ``acme/quick-reply``: a 2,000-character prompt, replies of 30-100 tokens (median 55);
+- ``globex/writer``: a 3,000-character style guide, articles of about 600 tokens (at least 520);
+- ``initech/code-writer``: a 1,200-character prompt, code of about 900 tokens (at most 1024).
+
+No request sends max_tokens, so the gateway cannot read a length from the body: only a template's answers
+say which side it is on. The weights give short answers about three requests in four and about 210 tokens
+a request, as the mixed workload's (about 75 % and 220).
 
 Each ``LengthRequest`` carries the client's body and, apart from it, the true output length: the body
 never holds it. In the routing bench the engine learns it from ``engine_body``, the copy sent to the
@@ -34,12 +50,15 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 from tests.support.chat_body import chat_body
 
 MODEL = "bench-model"
 TRUTH_FIELDS = frozenset({"min_tokens", "ignore_eos", "true_tokens"})
+# a decisive app's answers, short or long: a factor of two either side of the short pool's default threshold (256)
+SHORT_MOST = 128
+LONG_LEAST = 512
 WORDS = ("account access agent alert answer api archive audit backup balance batch billing browser budget cache "
          "calendar charge cluster config contract customer dashboard data deadline deploy device disk domain "
          "draft email engine error event export feature file filter firewall folder invoice issue job key "
@@ -98,6 +117,7 @@ class App:
     # (rng, request number, drifted) -> (client body, true length, kind of answer)
     make: Callable[[random.Random, int, bool], tuple[dict[str, Any], int, str]]
     drifts: bool = False
+    side: Literal["short", "long"] | None = None  # every answer at most SHORT_MOST, or at least LONG_LEAST
 
 
 def _prompts() -> dict[str, str]:
@@ -189,17 +209,67 @@ APPS = (
 )
 
 
-def workload(seed: int, requests: int = 6000) -> list[LengthRequest]:
-    """``requests`` requests of the apps interleaved at random in their shares; the drifting apps change
-    at the run's midpoint. A true length never exceeds the client's max_tokens."""
+def _decisive_prompts() -> dict[str, str]:
+    rng = random.Random(54)
+    return {
+        "label": "Label the support ticket: bug, billing, access or other. Answer with the label only.",
+        "reply": "You are Acme's chat assistant. Answer in two or three sentences, never more.\n"
+                 + paragraphs(rng, 2000),
+        "writer": "You write long articles for Globex's engineering blog. Follow the style guide.\n"
+                  + paragraphs(rng, 3000),
+        "code": "You are Initech's code writer for the billing service: write whole modules.\n"
+                + paragraphs(rng, 1200),
+    }
+
+
+DECISIVE_PROMPTS = _decisive_prompts()
+
+
+def ticket_label(rng: random.Random, n: int, drifted: bool) -> tuple[dict[str, Any], int, str]:
+    return chat(DECISIVE_PROMPTS["label"], words(rng, rng.randint(10, 80))), rng.randint(1, 3), "label"
+
+
+def quick_reply(rng: random.Random, n: int, drifted: bool) -> tuple[dict[str, Any], int, str]:
+    body = chat(DECISIVE_PROMPTS["reply"], words(rng, rng.randint(8, 60)) + "?")
+    return body, lognormal(rng, 55, 0.3, low=30, high=100), "reply"
+
+
+def article(rng: random.Random, n: int, drifted: bool) -> tuple[dict[str, Any], int, str]:
+    body = chat(DECISIVE_PROMPTS["writer"], f"Write an article about {words(rng, rng.randint(5, 30))}.")
+    return body, normal(rng, 600, 50, low=520), "article"
+
+
+def code(rng: random.Random, n: int, drifted: bool) -> tuple[dict[str, Any], int, str]:
+    body = chat(DECISIVE_PROMPTS["code"], f"Write the module: {words(rng, rng.randint(15, 150))}")
+    return body, lognormal(rng, 900, 0.1, low=LONG_LEAST, high=1024), "code"
+
+
+DECISIVE_APPS = (
+    App("acme", "ticket-label", 0.25, ticket_label, side="short"),
+    App("initech", "intent", 0.15, intent, side="short"),
+    App("acme", "quick-reply", 0.35, quick_reply, side="short"),
+    App("globex", "writer", 0.13, article, side="long"),
+    App("initech", "code-writer", 0.12, code, side="long"),
+)
+WORKLOADS = {"mixed": APPS, "decisive": DECISIVE_APPS}
+
+
+def workload(seed: int, requests: int = 6000, kind: str = "mixed") -> list[LengthRequest]:
+    """``requests`` requests of the ``kind`` workload's apps interleaved at random in their shares; the drifting
+    apps change at the run's midpoint. A true length never exceeds the client's max_tokens, and a decisive app's
+    never leaves its side (checked here, so a change to its lengths cannot quietly make it straddle)."""
+    apps = WORKLOADS[kind]
     rng = random.Random(seed)  # the arrivals, then each request's draws, in arrival order
     made: dict[str, int] = {}
     out = []
-    for index, app in enumerate(rng.choices(APPS, weights=[app.weight for app in APPS], k=requests)):
+    for index, app in enumerate(rng.choices(apps, weights=[app.weight for app in apps], k=requests)):
         name = f"{app.tenant}/{app.name}"
         number = made[name] = made.get(name, 0) + 1
         drifted = app.drifts and index >= requests // 2
-        body, true, kind = app.make(rng, number, drifted)
+        body, true, kind_of_answer = app.make(rng, number, drifted)
         cap = body.get("max_tokens")
-        out.append(LengthRequest(app.tenant, name, body, min(true, cap) if cap else true, drifted, kind))
+        true = min(true, cap) if cap else true
+        assert app.side is None or (true <= SHORT_MOST if app.side == "short" else true >= LONG_LEAST), (
+            f"{name} answered {true} tokens: off its {app.side} side")
+        out.append(LengthRequest(app.tenant, name, body, true, drifted, kind_of_answer))
     return out
