@@ -50,7 +50,8 @@ def least_loaded(in_flight: Sequence[int], healthy: Sequence[bool], start: int) 
 
 
 def held_choice(ring: HashRing, key: int, held: Sequence[int], in_flight: Sequence[int], healthy: Sequence[bool],
-                bound: float, slack: int = 0, held_bound: float = 1.0, turn: int = 0) -> int | None:
+                bound: float, slack: int = 0, held_bound: float = 1.0, turn: int = 0,
+                session: bool = False) -> int | None:
     """The healthy replica holding the most of the prompt's leading blocks (``held[i]``; of replicas holding
     as many, the one with fewer requests in flight, and of those as busy, each in turn: ``turn``) while its
     requests in flight stay within ``held_bound`` x the mean (or the load ``bound`` plus ``slack``,
@@ -69,7 +70,11 @@ def held_choice(ring: HashRing, key: int, held: Sequence[int], in_flight: Sequen
     between the two rather than sending them all back to the busier one until it is full again. Equal holders
     as busy take it in turn: at a few requests per engine loads tie most of the time, and the ring's order
     would give every shared prompt's requests to its first holder (an engine back from a restart, holding the
-    prompts too, got a third of the last quarter's requests); both hold it, so the turn costs no hit."""
+    prompts too, got a third of the last quarter's requests); both hold it, so the turn costs no hit. But a ``key``
+    that is a named session's takes, of the replicas holding as much, the first on its ring walk within the allowance,
+    busy or not: an agent's sessions share their long system prompt and tools, which every engine soon holds, and
+    an engine's match may end within them (``kv_events.max_chars``), so equal holders are the rule there, and a turn
+    sent by load to the other engine prefills the session's own conversation again."""
     live = [index for index in range(ring.size) if healthy[index]]
     if not live or not any(held):  # held nowhere, as most new prompts are: no ring walk to find no holder
         return None
@@ -79,6 +84,8 @@ def held_choice(ring: HashRing, key: int, held: Sequence[int], in_flight: Sequen
     within = [index for index in holders if in_flight[index] < allowance]
     if not within:
         return None
+    if session:
+        return next(index for index in ring.walk(key) if index in within and held[index] == held[within[0]])
     best = (held[within[0]], in_flight[within[0]])
     tied = [index for index in within if (held[index], in_flight[index]) == best]
     return tied[turn % len(tied)]
@@ -151,7 +158,7 @@ def rehomed(ring: HashRing, key: int, holder: int, held: Sequence[int], footprin
 def pick_replica(in_flight: Sequence[int], healthy: Sequence[bool], *, key: int | None, ring: HashRing,
                  bound: float, home_slack: int, warm: int, start: int, held: Sequence[int] | None = None,
                  footprint: Sequence[int | None] | None = None,
-                 held_bound: float = 1.0) -> tuple[int, ReplicaReason] | None:
+                 held_bound: float = 1.0, session: bool = False) -> tuple[int, ReplicaReason] | None:
     """The replica's index and why: the one holding most of the prompt (``held``, from the engines'
     KV events), else by prefix ``key`` under the load ``bound`` (``warm``: bit i set when replica i
     served the prefix lately) from its home, which for a prompt held nowhere is the emptier (else the less
@@ -168,7 +175,7 @@ def pick_replica(in_flight: Sequence[int], healthy: Sequence[bool], *, key: int 
         return None if index is None else (index, ReplicaReason.LEAST_LOADED)
     home = ring_home = ring.home(key)
     if held is not None:
-        index = held_choice(ring, key, held, in_flight, healthy, bound, home_slack, held_bound, start)
+        index = held_choice(ring, key, held, in_flight, healthy, bound, home_slack, held_bound, start, session)
         if index is not None:
             moved = rehomed(ring, key, index, held, footprint, in_flight, healthy) if footprint is not None else None
             return (index, ReplicaReason.HELD) if moved is None else (moved, ReplicaReason.REHOMED)

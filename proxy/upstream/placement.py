@@ -44,6 +44,7 @@ class Placement:
     key: int | None = None
     held: list[int] | None = None
     block_size: int = 0
+    session: bool = False  # the key is a named session's: of engines holding as much, its own replica
 
     def held_tokens(self, index: int) -> int | None:
         """The prompt's tokens replica ``index``'s engine holds; None where the pool does not track them."""

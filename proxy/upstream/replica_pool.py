@@ -91,7 +91,7 @@ class ReplicaPool(Pool):
             return NOWHERE
         if self.kv is None:
             return Placement(key)
-        return Placement(key, self.kv.held(body, salt), self.kv.block_size or 0)
+        return Placement(key, self.kv.held(body, salt), self.kv.block_size or 0, session is not None)
 
     def pick(self, placement: Placement = NOWHERE) -> Picked:
         """The replica for a request: the one holding most of the prompt (``placement.held``), else by its
@@ -102,7 +102,7 @@ class ReplicaPool(Pool):
             return Picked(replicas[0], ReplicaReason.SINGLE, placement.held_tokens(0), self)
         warm = self._warm.mask(key) if self._warm is not None and key is not None else 0
         start = next(self._turn)  # the turn among equals: least loaded (as in ``alternate``), or equal holders
-        index, reason = self._choose(key, placement.held, warm, start)
+        index, reason = self._choose(key, placement.held, warm, start, placement.session)
         if self._warm is not None and key is not None:
             self._warm.remember(key, warm | 1 << index)
         return Picked(replicas[index], reason, placement.held_tokens(index), self)
@@ -117,19 +117,20 @@ class ReplicaPool(Pool):
             index, reason = 0, ReplicaReason.SINGLE
         else:
             warm = self._warm.mask(key) if self._warm is not None and key is not None else 0
-            index, reason = self._choose(key, held, warm, 0)
+            index, reason = self._choose(key, held, warm, 0, placement.session)
         return Explained(self.replicas[index].base_url, reason, [
             {"url": replica.base_url, "in_flight": in_flight[number], "healthy": healthy[number],
              **({"held_tokens": tokens} if (tokens := placement.held_tokens(number)) is not None else {})}
             for number, replica in enumerate(self.replicas)])
 
-    def _choose(self, key: int | None, held: list[int] | None, warm: int, start: int) -> tuple[int, ReplicaReason]:
+    def _choose(self, key: int | None, held: list[int] | None, warm: int, start: int,
+                session: bool = False) -> tuple[int, ReplicaReason]:
         now = self.clock()
         footprint = self.kv.footprint() if held is not None and self.kv is not None else None
         loads = self._loads(now, None, shared=held is not None and self._shared_load)
         choice = pick_replica(*loads, key=key, ring=self._ring, bound=self._load_bound,
                               home_slack=self._home_slack, warm=warm, start=start, held=held, footprint=footprint,
-                              held_bound=self.kv.settings.held_bound if self.kv is not None else 1.0)
+                              held_bound=self.kv.settings.held_bound if self.kv is not None else 1.0, session=session)
         if choice is None:
             back = min(r.health.ejected_until for r in self.replicas) - now  # the first to turn half-open
             raise Refused(Shed(self.name, ShedReason.NO_HEALTHY_UPSTREAM, retry_after=back))

@@ -237,3 +237,25 @@ def test_equal_holders_as_busy_take_the_prompt_in_turn() -> None:
     assert {pick([4, 4], [1, 1], turn) for turn in range(4)} == {(0, "held"), (1, "held")}
     assert {pick([4, 4], [2, 1], turn) for turn in range(4)} == {(1, "held")}
     assert {pick([4, 3], [1, 1], turn) for turn in range(4)} == {(0, "held")}
+
+
+def test_a_named_sessions_prompt_held_alike_by_two_engines_stays_on_its_own_whatever_their_loads() -> None:
+    """Every engine holds an agent's shared system prompt and tools, and a match that ends within them holds the
+    session's prompt alike everywhere: the session's own replica (its first holder on the ring walk) keeps its
+    turns, where load or the turn would send one to the other engine to prefill the conversation again."""
+    ring = HashRing(["http://a/v1", "http://b/v1"])
+    home, other = list(ring.walk(KEY))[:2]
+    held = [5, 5]
+
+    def pick(loads: list[int], start: int, session: bool) -> int:
+        choice = pick_replica(loads, [True, True], key=KEY, ring=ring, bound=1.25, home_slack=0, warm=0, start=start,
+                              held=held, session=session)
+        assert choice is not None and choice[1] == "held"
+        return choice[0]
+
+    busier_home = [0, 0]
+    busier_home[home] = 1
+    assert {pick([0, 0], start, True) for start in range(4)} == {home}
+    assert pick(busier_home, 0, True) == home
+    assert {pick([0, 0], start, False) for start in range(4)} == {home, other}  # no session: in turn
+    assert pick(busier_home, 0, False) == other
