@@ -180,11 +180,18 @@ class _Mover:
         self.moved += 1
         section = found.group().rstrip("\n")
         if action == "strip":
-            return block[:found.start()] + block[found.start() + len(section):]
+            return block[:found.start()] + block[found.end():]
         self.refs += 1
         marker = f"[ref {self.refs}]"
         self._lines().append(f"{marker} = {section}")
         return block[:found.start()] + marker + block[found.start() + len(section):]
+
+    def harness(self, block: str) -> str:
+        """A harness's block in a user turn: its spans moved (``raw``), and its git snapshot dropped where the tenant
+        strips ``git_status`` (moved or kept, it stays in place: ``snapshot``)."""
+        if "gitStatus" in block and self.policy.actions.get("git_status", self.policy.volatile) == "strip":
+            block = self.snapshot(block)
+        return self.raw(block)
 
     def _lines(self) -> list[str]:
         return self.notes.setdefault(self.anchor, [])
@@ -259,7 +266,7 @@ def rewrite_chat(body: dict[str, Any], policy: PromptPolicy) -> Rewrite:
             change = mover.system
         elif role == "user" and has_harness_block(message.get("content")):
             history = policy.scope == "history" and (tail is None or index < tail)
-            change = partial(in_harness_block, mover.raw, mover.history if history else None)
+            change = partial(in_harness_block, mover.harness, mover.history if history else None)
         elif policy.scope == "history" and role in _HISTORY_ROLES and (tail is None or index < tail):
             change = mover.history
         else:

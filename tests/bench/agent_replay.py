@@ -45,7 +45,9 @@ from urllib.parse import urlsplit
 HERE = Path(__file__).resolve().parent
 SESSIONS = {"claude_code": HERE / "agent_sessions" / "claude_code.jsonl.gz",
             "codex": HERE / "agent_sessions" / "codex.jsonl.gz"}
-WAYS = ("direct", "prefixgate", "ceiling")
+WAYS = ("direct", "prefixgate", "prefixgate, git_status: strip", "ceiling")
+# the tenant's prompt policy of each way through the gateway: its defaults, and a tenant that strips the git snapshot
+GATEWAY_WAYS = {"prefixgate": {}, "prefixgate, git_status: strip": {"actions": {"git_status": "strip"}}}
 OUTPUT_TOKENS = 4
 _DATE_LINE = re.compile(r"^Today's date is [^\n]*\n?", re.MULTILINE)
 _GIT_SNAPSHOT = re.compile(r"# gitStatus\n.*?(?=\n</system-reminder>|\Z)", re.DOTALL)
@@ -79,8 +81,9 @@ def _by_hand(body: dict[str, Any]) -> dict[str, Any]:
     return clean(body)
 
 
-def _through_gateway(rows: list[dict[str, Any]], data_dir: Path) -> list[dict[str, Any]]:
-    """The bodies prefixgate's engine receives for ``rows``, in order: the app run in memory on its defaults."""
+def _through_gateway(rows: list[dict[str, Any]], data_dir: Path, prompt: dict[str, Any]) -> list[dict[str, Any]]:
+    """The bodies prefixgate's engine receives for ``rows``, in order: the app run in memory, its tenant's prompt
+    policy ``prompt`` (``{}``: the defaults)."""
     sys.path.insert(0, str(HERE.parents[1]))
     from tests.support.clock import FakeClock
     from tests.support.in_memory import in_memory_gateway
@@ -99,7 +102,8 @@ def _through_gateway(rows: list[dict[str, Any]], data_dir: Path) -> list[dict[st
     models = sorted({row["body"]["model"] for row in rows})
     config = {"pools": [{"name": "engine", "replicas": ["http://engine:8000/v1"], "models": models,
                          "health": {"interval": 0}, "engine_metrics": {"interval": 0}}],
-              "auth": {"keys": [{"tenant": "agents", "key": "sk-agents"}]}}
+              "auth": {"keys": [{"tenant": "agents", "key": "sk-agents"}]},
+              "tenants": {"agents": {"prompt": prompt}}}
     with in_memory_gateway(config, MockUpstreams(engine), FakeClock(), data_dir) as client:
         for row in rows:
             body = {**row["body"], "stream": False}
@@ -117,9 +121,12 @@ def prepare(out: Path, agents: list[str]) -> None:
     with gzip.open(out, "wt") as lines, tempfile.TemporaryDirectory() as data_dir:
         for agent in agents:
             rows = _captured(agent)
-            gateway = _through_gateway(rows, Path(data_dir) / agent)
-            for row, through in zip(rows, gateway, strict=True):
-                for way, body in (("direct", row["body"]), ("prefixgate", through), ("ceiling", _by_hand(row["body"]))):
+            through = {way: _through_gateway(rows, Path(data_dir) / agent / str(n), prompt)
+                       for n, (way, prompt) in enumerate(GATEWAY_WAYS.items())}
+            for index, row in enumerate(rows):
+                bodies = {"direct": row["body"], **{way: sent[index] for way, sent in through.items()},
+                          "ceiling": _by_hand(row["body"])}
+                for way, body in bodies.items():
                     lines.write(json.dumps({"agent": agent, "session": row["session"], "turn": row["turn"], "way": way,
                                             "endpoint": _endpoint(row["path"]), "body": body}) + "\n")
                     written += 1
@@ -277,7 +284,9 @@ def table(result: Path) -> str:
 
     for agent, ways in data["summary"].items():
         for way in WAYS:
-            figures = ways[way]
+            figures = ways.get(way)
+            if figures is None:  # a result from before the way existed
+                continue
             lines.append(f"| {agent} | {way} | {cell(figures, 'new_session_first_turn_hit_rate', 3)} | "
                          f"{cell(figures, 'new_session_first_turn_ttft_ms', 0)} | "
                          f"{cell(figures, 'later_turns_hit_rate', 3)} | {cell(figures, 'later_turns_ttft_ms', 0)} |")

@@ -117,3 +117,20 @@ def test_a_git_snapshot_in_the_system_text_moves_whole_to_the_note_and_one_in_th
     assert SNAPSHOT in kept.body["system"][0]["text"] and kept.moved == 0
     first = {"role": "user", "content": [{"type": "text", "text": GIT_REMINDER}, {"type": "text", "text": "Fix."}]}
     assert not rewrite_messages(_body(messages=[first]), PromptPolicy()).changed
+
+
+def test_a_tenant_that_strips_git_status_drops_the_snapshot_from_the_first_user_turn_too() -> None:
+    """By default Claude Code's git snapshot stays where it put it, in the first user turn; a tenant whose agents
+    need no repository state told strips it (``actions: {git_status: strip}``), and a new session's first turn then
+    starts as the session before's did."""
+    reminder = ("<system-reminder>\nAs you answer, use this context:\n# gitStatus\nThis is the git status.\n\n"
+                "Current branch: main\n\nStatus:\n M calc.py\n\nRecent commits:\n7c50257 Add README\n\n"
+                "Claude Code attached this context automatically.\n</system-reminder>")
+    body = _body(messages=[{"role": "user", "content": [{"type": "text", "text": reminder},
+                                                         {"type": "text", "text": "Fix it."}]}])
+    kept = rewrite_messages(body, PromptPolicy())
+    assert kept.body["messages"] == body["messages"]
+    stripped = rewrite_messages(body, PromptPolicy(actions={"git_status": "strip"})).body["messages"][0]["content"]
+    assert stripped[0]["text"] == ("<system-reminder>\nAs you answer, use this context:\n\n"
+                                   "Claude Code attached this context automatically.\n</system-reminder>")
+    assert stripped[1:] == [{"type": "text", "text": "Fix it."}]
