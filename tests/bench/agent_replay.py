@@ -1,4 +1,4 @@
-"""Replay captured coding-agent sessions against a real engine three ways, and report per turn the engine's
+"""Replay captured coding-agent sessions against a real engine four ways, and report per turn the engine's
 prefix-cache hit rate and time to first token.
 
 The sessions are Claude Code's and the Codex CLI's own requests (``agent_sessions/``, captured by
@@ -8,11 +8,12 @@ request is sent as:
 - ``direct``: as the agent sent it, straight to the engine;
 - ``prefixgate``: as prefixgate sends it to the engine, made by the gateway itself (``prepare`` runs each captured
   request through the app in memory and records the body its engine receives);
+- ``prefixgate, git_status: strip``: the same, for a tenant whose prompt policy strips the git snapshot;
 - ``ceiling``: every volatile byte removed by hand: the billing block, the date lines, the git snapshot, Codex's
   environment date.
 
 Every request asks for a few streamed tokens (the conversation's later turns carry the agent's recorded answers,
-not the replay's), and each way runs under a cache salt of its own, so the three share one engine without sharing
+not the replay's), and each way runs under a cache salt of its own, so the four share one engine without sharing
 its cache. The hit rate is the engine's own count: ``cache_read_input_tokens`` (Messages) or ``cached_tokens``
 (Responses) over the prompt's tokens, which vLLM reports with ``--enable-prompt-tokens-details``.
 
