@@ -16,12 +16,11 @@ serving a few short chats once the gateway is up, so both have reported their KV
 - ``prefix``: ``balance: prefix`` with the session header and ``metadata`` taken out: the ring keys every request
   on its prompt's first characters, which all sessions share;
 - ``kv_events``: ``balance: kv_events``, sessions named as the CLI names them (kept, as every Claude Code request
-  carries them; this mode reads them only for a prompt no engine holds): the replica holding the most of the
-  prompt's leading blocks first;
+  carries them; this mode reads them for a prompt no engine holds, and between engines holding it alike): the
+  replica holding the most of the prompt's leading blocks first;
 - ``session``: ``balance: prefix``, sessions named as the CLI names them: the ring keys each request on its session;
-- ``kv_events_matched``: ``kv_events`` matching the whole prompt, on requests in the forms the gateway renders as
-  the engine does (``as_the_gateway_renders``): what that mode does once its match reaches each session's own
-  tokens, which on the CLI's own requests it does not.
+- ``kv_events_wide``: ``kv_events`` with ``max_chars`` past a session's first turn, so that its match reaches each
+  session's own tokens.
 
 Per arm: requests per engine (spread: max/mean), the engines' prefix-cache hit rate (each engine's own
 ``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries`` deltas, in tokens), first and later turns' hit rate (the
@@ -80,19 +79,16 @@ class Arm:
     balance: str
     named: bool  # sessions named as the CLI names them (else ``anonymous``)
     max_chars: int | None = None  # kv_events.max_chars (None: the default, 32,768)
-    rendered_alike: bool = False  # requests in the forms the gateway renders as the engine does
 
 
 ARMS = {
     "prefix": Arm("`prefix`, no session named", "prefix", named=False),
     "kv_events": Arm("`kv_events`, sessions named", "kv_events", named=True),
     "session": Arm("`prefix`, sessions named", "prefix", named=True),
-    # What kv_events does once it reads the whole prompt as the engine does. On the CLI's requests it cannot: it
-    # matches the rendered prompt's first 32,768 characters, which end inside the shared system prompt and tools
-    # (each session's own tokens start near character 40,000), and its rendering parts from the engine's before that
-    # (``as_the_gateway_renders``).
-    "kv_events_matched": Arm(f"`kv_events`, `max_chars: {WIDE_CHARS}`, requests rendered alike, sessions named",
-                             "kv_events", named=True, max_chars=WIDE_CHARS, rendered_alike=True),
+    # kv_events matching far enough to read each session's own blocks: the default 32,768 characters end inside the
+    # shared system prompt and tools (each session's own tokens start near character 40,000)
+    "kv_events_wide": Arm(f"`kv_events`, `max_chars: {WIDE_CHARS}`, sessions named", "kv_events", named=True,
+                          max_chars=WIDE_CHARS),
 }
 KEY = "sk-bench-agents"
 ADMIN_KEY = "sk-bench-admin"  # reads the gateway's /metrics: why it chose each replica
@@ -160,22 +156,6 @@ def workload(count: int, seed: str) -> list[Session]:
     return sessions
 
 
-def as_the_gateway_renders(body: dict[str, Any]) -> dict[str, Any]:
-    """The body in the two forms for which the gateway's KV-event match renders the prompt as vLLM 0.32 does: no
-    tool's ``defer_loading`` (Claude Code sets it on a placeholder tool; vLLM renders it, the gateway drops it), and
-    each message's text parts as one string joined by newlines (a template that iterates over parts, as the tiny
-    model's does, gets them from vLLM as a list and joins them with nothing; the gateway joins them with newlines).
-    The tokens then agree to the prompt's end; the prompt differs from the CLI's by a few tokens."""
-    tools = [{key: value for key, value in tool.items() if key != "defer_loading"} for tool in body.get("tools") or []]
-    messages = []
-    for message in body["messages"]:
-        content = message["content"]
-        if isinstance(content, list) and all(part.get("type") == "text" for part in content):
-            message = {**message, "content": "\n".join(part["text"] for part in content)}
-        messages.append(message)
-    return {**body, "tools": tools, "messages": messages}
-
-
 def anonymous(body: dict[str, Any], headers: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
     """The request without the session it names (no session header, no ``metadata``): what a client that names
     none sends, which the ring keys on the prompt's first characters."""
@@ -222,8 +202,6 @@ async def drive(origin: str, sessions: list[Session], arm: Arm,
         for turn, (body, headers) in enumerate(session.turns, 1):
             if not arm.named:
                 body, headers = anonymous(body, headers)
-            if arm.rendered_alike:
-                body = as_the_gateway_renders(body)
             outcomes.append({"session": session.number, "turn": turn, **await _turn(client, url, body, headers)})
 
     started = time.perf_counter()
