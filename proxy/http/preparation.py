@@ -227,8 +227,9 @@ class Preparation:
     def continuation(self, pool: Pool, view: RequestView, tenant: TenantPolicy, prompt: Prompt,
                      planned: Planned | None, out: Outgoing, headers: RequestHeaders) -> Continuation | None:
         """Where the answer goes on if ``pool``'s engine cuts it (``starts_short``, which makes ``out`` the short
-        leg); None where it does not start short, or where the client named the pool."""
-        if planned is None or not self.gateway.upstreams.continues or self.reason in ("named", "merged"):
+        leg); None where it does not start short, where the client named the pool, or where its template's own
+        history placed it: a template whose answers all end well within the cut is sent as the client asked."""
+        if planned is None or not self.gateway.upstreams.continues or self.reason in ("named", "merged", "history"):
             return None
         return starts_short(self.gateway.upstreams, self.dialect.endpoint, pool, view, prompt, planned, out,
                             partial(self.long_leg, view, tenant, prompt, headers),

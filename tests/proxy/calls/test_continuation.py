@@ -102,7 +102,9 @@ def test_answers_that_may_not_be_cut_are_never_cut(pools: tuple[FakeServer, Fake
 def test_the_split_opens_within_each_apps_first_requests_and_follows_a_drift(
         pools: tuple[FakeServer, FakeServer], gateway: str) -> None:
     """Two apps, no max_tokens: one always answers in 3 tokens, one always in 600. Within 16 requests each
-    the short app is short, the long app long; then the short app turns long and is followed."""
+    the short app is short, the long app long; then the short app turns long and is followed. Once its own
+    history decides it short (8 answers, all well within the cut), the short app is sent as asked, not cut."""
+    short, _ = pools
 
     def where(app: str, tokens: int) -> str:
         answer = httpx.post(gateway + "/v1/chat/completions", json=chat(system=app, fake_tokens=tokens))
@@ -110,13 +112,16 @@ def test_the_split_opens_within_each_apps_first_requests_and_follows_a_drift(
         return answer.headers["x-prefixgate-pool"]
 
     shorts = [where("You classify.", 3) for _ in range(16)]
+    assert "max_tokens" not in (short.app.stats.last_body or {"max_tokens": "none sent"})  # decided: not cut
     longs = [where("You write essays.", 600) for _ in range(16)]
     assert shorts == ["short"] * 16
     assert longs[-8:] == ["long"] * 8  # long from the first answers learned on
     drifted = [where("You classify.", 600) for _ in range(16)]
     assert drifted[-4:] == ["long"] * 4
     metrics = httpx.get(gateway + "/metrics").text
-    assert sample_sum(metrics, "prefixgate_continued_total") == longs.count("short") + drifted.count("short")
+    # the first essay was sent whole: the app's history had decided it short; from the next, it may be cut again
+    assert sample_sum(metrics, "prefixgate_continued_total") == longs.count("short") + drifted.count("short") - 1
+    assert sample_sum(metrics, "prefixgate_pool_choices_total", pool="short", reason="history") >= 9
 
 
 def test_a_long_pool_that_fails_before_its_first_token_ends_the_stream_with_an_error_event(
@@ -156,7 +161,19 @@ def test_the_route_explanation_says_whether_a_request_starts_short_and_why(
         httpx.post(gateway + "/v1/chat/completions", json=essay)
     learned = explain(essay)
     assert (learned["pool"], learned["starts_short"], learned["short_share"]) == ("long", False, 0.0)
-    assert "0% of its template's answers fit 8" in learned["why"]
+    assert "ended well past 8: placed by its own history, starts long" in learned["why"]
+    mixed = [chat(system="You answer.", fake_tokens=3 if n % 6 else 600) for n in range(8)]
+    for body in mixed:
+        httpx.post(gateway + "/v1/chat/completions", json=body)
+    by_share = explain(mixed[0])  # one answer in six is long: no history decides it, the share does
+    assert (by_share["pool_reason"], by_share["starts_short"]) == ("start_short", True)
+    assert "75% of its template's answers fit 8 (long below 20%)" in by_share["why"]
+    label = chat(system="You label tickets.", fake_tokens=3)
+    for _ in range(8):
+        httpx.post(gateway + "/v1/chat/completions", json=label)
+    decided = explain(label)
+    assert (decided["pool"], decided["pool_reason"], decided["starts_short"]) == ("short", "history", False)
+    assert "ended well within 8: placed by its own history, not cut" in decided["why"]
     tools = explain(chat(tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}]))
     assert tools["starts_short"] is False and "may not be cut" in tools["why"]
 
