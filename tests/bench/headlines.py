@@ -209,7 +209,25 @@ def length() -> list[Row]:
             f"{summary(kept['predicted split'], '.2f')}; {summary(kept['start short, continue long'], '.2f')}",
             f"{kept['predicted split']['passes']} passes", "length_routing",
             "Length routing with prediction, and start short / continue long, on real engines"),
+        decided(),
     ]
+
+
+def decided() -> Row:
+    """Apps decided by their own answers, at the rate where one pool congests in every pass: the split on the
+    defaults against one pool and the oracle, short answers' TTFT p95."""
+    name = "length_routing_decisive_congested"
+    routed = load(name)["results"]
+    rate = routed["congested_rate"]
+    block = routed["rates"][rate]
+    rows, kept = block["layouts"], block["targets"]["predicted split"]["gain_kept"]
+    p95 = {layout: summary(rows[layout]["short_ttft_p95_ms"], ".0f", " ms")
+           for layout in ("predicted split", "one pool", "oracle split")}
+    return Row(f"Short answers' TTFT p95, apps whose answers never straddle the threshold, {rate} arrivals/s",
+               "the split on the defaults (`history`); one pool; the oracle split",
+               f"{p95['predicted split']}; {p95['one pool']}; {p95['oracle split']} (oracle's gain kept "
+               f"{summary(kept, '.2f')}, target >= 0.80)", f"{block['passes']} passes", name,
+               "Templates decided by their answers, on real engines")
 
 
 def kv_events() -> list[Row]:
