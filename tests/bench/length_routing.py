@@ -44,7 +44,9 @@ arrival is due and after its last answer), errors and the gateway's own reading 
 templates' history placed); then the targets, PASS or MISS, and issue 54's for ``predicted split``: short TTFT p95
 no worse than one pool's beyond one pool's pass-to-pass range at every rate; on the mixed workload, short TTFT
 p95, long e2e p95 and tokens/s no worse than ``predicted split, before``'s beyond its range; on the decisive
-workload, >= 0.80 of the oracle's short-p95 gain at the congested rate.
+workload, >= 0.80 of the oracle's short-p95 gain at the congested rate. Each pass in the result file also says
+who paid: the long answers the short pool served (``long_in_short_pool``) and, per app, its short answers' TTFT
+p95 and how many of them the short pool served (``by_app``).
 
     python tests/bench/length_routing.py [--rates 4,6] [--seconds 40] [--warmup 30] [--passes 3] [--layouts 'A;B']
         [--workload mixed|decisive]
@@ -244,10 +246,10 @@ async def stream_one(session: aiohttp.ClientSession, url: str, body: dict[str, A
                      headers: dict[str, str]) -> dict[str, Any]:
     """One streamed answer as the client sees it, timed from its scheduled arrival: the first content chunk,
     the end, the content chunks, and the gap between chunks T and T+1 (None when there are not T+1)."""
-    status, failed, first, chunks, at_threshold, seam = 0, None, None, 0, 0.0, None
+    status, failed, first, chunks, at_threshold, seam, pool = 0, None, None, 0, 0.0, None, None
     try:
         async with session.post(url, json=body, headers=headers) as response:
-            status = response.status
+            status, pool = response.status, response.headers.get("x-prefixgate-pool")
             if status != 200:
                 failed = f"HTTP {status}: {failure_code(await response.read())}"
             async for line in response.content:
@@ -269,7 +271,7 @@ async def stream_one(session: aiohttp.ClientSession, url: str, body: dict[str, A
     if failed is None and first is None:
         failed = "no content"
     return {"ok": status == 200 and failed is None, "failure": failed, "ttft": first,
-            "e2e": time.perf_counter() - due, "tokens": chunks, "seam": seam}
+            "e2e": time.perf_counter() - due, "tokens": chunks, "seam": seam, "pool": pool}
 
 
 def failure_code(data: bytes) -> str:
@@ -287,7 +289,8 @@ async def send(session: aiohttp.ClientSession, url: str, request: LengthRequest,
                headers: dict[str, str], model: str) -> dict[str, Any]:
     true = min(request.true_tokens, MAX_ANSWER)
     body = {**request.body, "model": model, TRUTH: request.true_tokens, "stream": True}
-    return {"short": true <= THRESHOLD, "true": true, **await stream_one(session, url, body, due, headers)}
+    return {"short": true <= THRESHOLD, "true": true, "app": request.app,
+            **await stream_one(session, url, body, due, headers)}
 
 
 async def metrics_text(session: aiohttp.ClientSession, origin: str, at: float = 0.0) -> str:
@@ -337,7 +340,13 @@ def summary(outcomes: list[dict[str, Any]], wall: float) -> dict[str, Any]:
             "seam_p50_ms": ms(seams, 0.5), "seam_p95_ms": ms(seams, 0.95), "seams": len(seams),
             # answers with fewer content chunks than tokens asked of the engine (an answer cut and not continued)
             "answers_short_of_true": sum(o["tokens"] < o["true"] for o in done),
-            "tokens_per_s": sum(o["tokens"] for o in done) / wall}
+            "tokens_per_s": sum(o["tokens"] for o in done) / wall,
+            # who pays where the pools are two: long answers a short pool served, and each app's short answers
+            "long_in_short_pool": sum(o["pool"] == "short" for o in long),
+            "by_app": {app: {"short_answers": len(mine), "short_ttft_p95_ms": ms([o["ttft"] for o in mine], 0.95),
+                             "in_short_pool": sum(o["pool"] == "short" for o in mine)}
+                       for app in sorted({o["app"] for o in done})
+                       for mine in ([o for o in short if o["app"] == app],)}}
 
 
 CHOICES = "prefixgate_pool_choices_total"
