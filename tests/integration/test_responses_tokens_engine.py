@@ -46,15 +46,21 @@ def tokens(embedded: Embedded) -> PromptTokens:
     return PromptTokens(str(embedded.model_folder))
 
 
+def engine_answer(embedded: Embedded, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The engine's own answer to ``body`` at ``path``, whose usage is the token count to match."""
+    answer = httpx.post(embedded.engine + path, json=body, timeout=120)
+    assert answer.status_code == 200, answer.text
+    result: dict[str, Any] = answer.json()
+    return result
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_a_responses_conversation_has_the_engines_own_token_count(embedded: Embedded, tokens: PromptTokens,
                                                                    case: str) -> None:
     body = {"model": embedded.model, "max_output_tokens": 1, **CASES[case]}
-    answer = httpx.post(embedded.engine + "/v1/responses", json=body, timeout=120)
-    assert answer.status_code == 200, answer.text
     rendered = tokens.of_body(responses_messages(body))
     assert rendered is not None
-    assert len(rendered) == answer.json()["usage"]["input_tokens"]
+    assert len(rendered) == engine_answer(embedded, "/v1/responses", body)["usage"]["input_tokens"]
 
 
 def test_a_chat_developer_message_is_rendered_as_the_engine_renders_it(embedded: Embedded,
@@ -62,10 +68,9 @@ def test_a_chat_developer_message_is_rendered_as_the_engine_renders_it(embedded:
     """vLLM sends a template without a developer role its developer messages as system ones."""
     messages = [{"role": "system", "content": "Be nice."}, {"role": "user", "content": "Hi"},
                 {"role": "developer", "content": "Answer in French."}, {"role": "user", "content": "Hi again"}]
-    answer = httpx.post(embedded.engine + "/v1/chat/completions",
-                        json={"model": embedded.model, "messages": messages, "max_tokens": 1}, timeout=120)
-    assert answer.status_code == 200, answer.text
-    assert len(tokens.of_chat(messages)) == answer.json()["usage"]["prompt_tokens"]
+    body = {"model": embedded.model, "messages": messages, "max_tokens": 1}
+    assert len(tokens.of_chat(messages)) == engine_answer(embedded, "/v1/chat/completions", body)["usage"][
+        "prompt_tokens"]
 
 
 MESSAGES_CASES: dict[str, dict[str, Any]] = {
@@ -87,8 +92,6 @@ MESSAGES_CASES: dict[str, dict[str, Any]] = {
 def test_a_messages_conversation_has_the_engines_own_token_count(embedded: Embedded, tokens: PromptTokens,
                                                                   case: str) -> None:
     body = {"model": embedded.model, "max_tokens": 1, **MESSAGES_CASES[case]}
-    answer = httpx.post(embedded.engine + "/v1/messages/count_tokens", json=body, timeout=120)
-    assert answer.status_code == 200, answer.text
     rendered = tokens.of_body(messages_conversation(body))
     assert rendered is not None
-    assert len(rendered) == answer.json()["input_tokens"]
+    assert len(rendered) == engine_answer(embedded, "/v1/messages/count_tokens", body)["input_tokens"]
