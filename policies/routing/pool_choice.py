@@ -27,7 +27,7 @@ class PoolReason(Vocabulary):
     HISTORY = "history", ("its template's last answers all fell well to one side of the short pool's threshold: the "
                           "pool for that side, whatever the split's recall")
     MERGED = "merged", ("a short pool whose split does not pay now and its long pool taken as one: the less loaded of "
-                        "the two")
+                        "the two (also for a template decided short while the short pool serves requests so placed)")
     MODEL = "model", "the first pool that serves the model, else the first that takes any"
     OVERFLOW = "overflow", ("the chosen pool shed the request and this is its overflow_to; counted after admission, "
                             "the others before")
@@ -54,6 +54,11 @@ class Servable(Protocol):
         """Requests in flight per replica."""
         ...
 
+    @property
+    def merged_in_flight(self) -> int:
+        """Requests the merge placed in this pool (reason ``merged``) that it serves or queues now."""
+        ...
+
 
 P = TypeVar("P", bound=Servable)
 
@@ -68,7 +73,8 @@ def choose_pool(
     template's recent answers, the share within a short pool's threshold (None: not known yet);
     ``continuable``: the answer may be cut and continued (``policies.routing.continuation.continuable``);
     ``decided``: the side of the short threshold the template's last answers all fell on (``LengthHistory.decided``),
-    which places it whatever the split's recall."""
+    which places it whatever the split's recall; but while the merge has requests in the short pool, a template
+    decided short is placed by the merge too, not held behind them."""
     if embeddings is not None and (embeddings.serves(model) or embeddings.catch_all):
         return embeddings, PoolReason.MODEL
     if named is not None:
@@ -97,7 +103,13 @@ def _by_length(serving: Sequence[P], by_name: Mapping[str, P], predicted_p90: in
     if short is not None and decided is not None:
         long = long_pool(serving, short)
         if long is not None:
-            return (short if decided == "short" else long), PoolReason.HISTORY
+            if decided == "long":
+                return long, PoolReason.HISTORY
+            if short.splits or not short.merged_in_flight:
+                return short, PoolReason.HISTORY
+            # the merge has sent the short pool answers of unknown length: a short answer held there waits behind
+            # them, so it goes where the merge sends it
+            return (short if short.load <= long.load else long), PoolReason.MERGED
     if short is not None and continuable and short.option.continue_long:
         long = long_pool(serving, short)
         if long is not None:

@@ -54,13 +54,13 @@ class Continuation:
 class UpstreamCall:
     """The upstream call, performed when it is run with the client's ``receive`` and the request's answer."""
 
-    __slots__ = ("answer", "client", "continuation", "exchanged", "hold", "out", "outcome", "pool", "record",
-                 "replan", "slot", "taken_at", "tenant", "worked")
+    __slots__ = ("answer", "client", "continuation", "exchanged", "hold", "merged", "merged_in", "out", "outcome",
+                 "pool", "record", "replan", "slot", "taken_at", "tenant", "worked")
 
     def __init__(self, pool: Pool, out: Outgoing, *, tenant: str, record: RequestRecord,
                  hold: AdmissionHold | None = None, answer: AnswerToStore | None = None,
                  replan: Callable[[Pool], tuple[Outgoing, AnswerToStore | None]] | None = None,
-                 continuation: Continuation | None = None) -> None:
+                 continuation: Continuation | None = None, merged: bool = False) -> None:
         self.pool = pool
         self.out = out
         self.replan = replan  # the request (and its answer-cache slot) as planned for the overflow pool
@@ -75,10 +75,14 @@ class UpstreamCall:
         self.exchanged: ExchangePool | None = None  # the pool whose replica holds the request, as the exchange reads it
         self.continuation = continuation  # where the answer goes on if the short pool's engine cuts it
         self.worked = False  # an earlier leg's engine wrote part of the answer, or the pool's relay was asked
+        self.merged = merged  # the merge placed it (pool reason ``merged``): counted in its pool's merged_in_flight
+        self.merged_in: Pool | None = None  # the pool it is counted in, while it runs
 
     async def run(self, receive: Receive, client: ClientAnswer) -> None:
         """Call the pool (or its overflow) and answer the client through ``client``, under the disconnect watch."""
         self.client = client
+        if self.merged:
+            self._count_merged_in(self.pool)
         watch = DisconnectWatch(receive, client)
         if self.out.stream and self.pool.stream_keepalive is not None:
             client.keep_alive(self.pool.stream_keepalive, self.pool.clock)
@@ -97,6 +101,7 @@ class UpstreamCall:
     async def _end(self, client: ClientAnswer, *, gone: bool) -> None:
         """Give back the keep-alive, the replica and the slot; record the request; settle admission."""
         client.close()
+        self._count_merged_in(None)
         outcome = self.outcome
         status = CLIENT_CLOSED if gone or client.status is None else client.status
         if outcome.replica is not None:
@@ -202,8 +207,18 @@ class UpstreamCall:
         out.headers.overflowed(self.pool.name, overflow.name)
         self.out = out
         self.pool = overflow
+        if self.merged_in is not None:
+            self._count_merged_in(overflow)
         self.record.pool = overflow.name
         self.record.metrics.pool_chosen(overflow.name, "overflow")
+
+    def _count_merged_in(self, pool: Pool | None) -> None:
+        """Count the call among the merge's requests in ``pool`` (None: in none), no longer in the pool it was."""
+        if self.merged_in is not None:
+            self.merged_in.merged_in_flight -= 1
+        self.merged_in = pool
+        if pool is not None:
+            pool.merged_in_flight += 1
 
     async def _enter(self) -> None:
         """Take a slot of the pool (waiting fairly for one) and a replica, where the pool picks one; raises

@@ -222,7 +222,7 @@ class Preparation:
         hold = AdmissionHold(self.gateway.admission, self.admitted) if self.admitted is not None else None
         self.admitted = None  # the call settles it from here
         return UpstreamCall(pool, out, tenant=tenant.name, record=self.record, hold=hold, answer=answer,
-                            replan=replan, continuation=continuation)
+                            replan=replan, continuation=continuation, merged=self.reason == "merged")
 
     def continuation(self, pool: Pool, view: RequestView, tenant: TenantPolicy, prompt: Prompt,
                      planned: Planned | None, out: Outgoing, headers: RequestHeaders) -> Continuation | None:

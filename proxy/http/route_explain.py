@@ -78,6 +78,9 @@ def _continuation(gateway: Gateway, steps: Preparation, pool: Pool, view: Reques
            else (f"its template's last answers all ended well {'within' if pool is short else 'past'} {threshold}: "
                  f"placed by its own history, {'not cut' if pool is short else 'starts long'}")
            if steps.reason == "history"
+           else (f"its template's last answers all ended well within {threshold}, but the short pool serves requests "
+                 "the merge placed: placed by the merge, not cut")
+           if steps.reason == "merged"
            else f"its own max_tokens fits {threshold}" if pool is short and continuation is None
            else "no history yet: unknown templates start short" if share is None
            else f"{share:.0%} of its template's answers fit {threshold} (long below "

@@ -79,6 +79,9 @@ class Pool:
             self.gate = PoolGate(name, config.max_in_flight * self.width(config), config.queue_size,
                                  config.queue_timeout, clock)
         self.overflow: Pool | None = None  # where requests this pool sheds go instead
+        # requests the merge placed here (pool reason ``merged``), queued or served now: raised and lowered by the
+        # call; while a short pool holds any, templates decided short are placed by the merge too
+        self.merged_in_flight = 0
 
     @staticmethod
     def width(config: Any) -> int:

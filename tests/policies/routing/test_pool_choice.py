@@ -18,6 +18,7 @@ class FakePool:
     lists_nothing: bool = False  # declares no models and none were discovered: takes any
     splits: bool = True  # a short pool whose split pays
     load: float = 0.0
+    merged_in_flight: int = 0  # requests the merge placed in it, in flight
     option: PoolOption = field(init=False)
 
     def __post_init__(self) -> None:
@@ -95,3 +96,20 @@ def test_a_decided_template_takes_its_sides_pool_while_the_pools_serve_as_one() 
     assert choose_pool(pools, "m", predicted_p90=3, decided="short", **choose) == (merged, "history")
     assert choose_pool(POOLS, "m", predicted_p90=40, decided="short", **choose | {"by_name": BY_NAME}) \
         == (SHORT, "history")
+
+
+def test_a_template_decided_short_is_not_held_behind_the_merges_requests_in_the_short_pool() -> None:
+    """While the pools serve as one, the merge may send the short pool answers of any length; a template decided
+    short then goes where the merge sends it (the less loaded pool), and back to the short pool once they end."""
+    short = FakePool("short", frozenset({"m"}), "short", 128, splits=False, load=1.0, merged_in_flight=1)
+    long = FakePool("long", frozenset({"m"}), "long", load=0.5)
+    pools = [short, long]
+    choose = dict(by_name={pool.name: pool for pool in pools}, routes_by_length=True, predicted_p90=3)
+    assert choose_pool(pools, "m", decided="short", **choose) == (long, "merged")
+    assert choose_pool(pools, "m", decided="long", **choose) == (long, "history")
+    long.load = 2.0
+    assert choose_pool(pools, "m", decided="short", **choose) == (short, "merged")  # the less loaded, as merged
+    short.merged_in_flight = 0
+    assert choose_pool(pools, "m", decided="short", **choose) == (short, "history")
+    short.merged_in_flight, short.splits, long.load = 1, True, 0.0  # the split pays: the short pool is short's
+    assert choose_pool(pools, "m", decided="short", **choose) == (short, "history")

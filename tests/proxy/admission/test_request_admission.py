@@ -25,7 +25,7 @@ from tests.support.gateways import gateway_processes
 from tests.support.metrics_text import sample_sum
 from tests.support.redis_server import PATIENT_MS, RedisServer
 from tests.support.servers import serve_in_thread
-from tests.support.waiting import wait_until
+from tests.support.waiting import wait_until, wait_until_async
 
 KEY = "sk-tenant-acme-1"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -375,6 +375,61 @@ def test_two_clear_cut_apps_are_routed_by_their_own_answers_within_ten_and_a_dri
     assert drifted[-1] == ("long", "history")
     metrics = httpx.get(proxy + "/metrics").text
     assert sample_sum(metrics, "prefixgate_pool_choices_total", pool="long", reason="history") >= 3
+
+
+@pytest.mark.parametrize("continue_long", [False, True])
+def test_a_classifier_decided_short_does_not_wait_behind_what_the_merge_sent_the_short_pool(
+    short_and_long: tuple[FakeServer, FakeServer], start_proxy: Callable[..., str], continue_long: bool
+) -> None:
+    """While the pools serve as one, the merge sends a request of an app it knows nothing about to the short pool
+    (both idle), where it runs on (it never answers). The classifier, decided short, then goes where the merge
+    sends it (the idle long pool) instead of waiting there, sent as asked (not cut where the pools continue long);
+    once that request ends, it is back in the short pool."""
+    short, long = short_and_long
+    models = ["fake-model", "fake-hang"]
+    proxy = start_proxy({"pools": [pool("short", short.base_url, models=models, output="short",
+                                        continue_long=continue_long),
+                                   pool("long", long.base_url, models=models, output="long")]})
+    classifier = chat(messages=[{"role": "system", "content": "Label the ticket: bug, billing or other."},
+                                {"role": "user", "content": "Next one."}], fake_tokens=3)
+    unknown_app = chat(model="fake-hang", messages=[{"role": "system", "content": "You answer support chats."},
+                                                    {"role": "user", "content": "Where is my order?"}],
+                       seed=7)  # a seeded answer is never cut: the merge places it, continue_long or not
+
+    async def scenario() -> list[tuple[str, str]]:
+        async with httpx.AsyncClient(base_url=proxy, timeout=60) as client:
+
+            async def ask() -> tuple[str, str]:
+                explained = (await client.post("/admin/route/v1/chat/completions", json=classifier)).json()
+                answer = await client.post("/v1/chat/completions", json=classifier)
+                assert answer.status_code == 200, answer.text
+                whys.append(explained.get("why"))
+                return answer.headers["x-prefixgate-pool"], explained["pool_reason"]
+
+            async def decided() -> bool:
+                explained = await client.post("/admin/route/v1/chat/completions", json=classifier)
+                return explained.json()["pool_reason"] == "history"
+
+            routed = [await ask() for _ in range(9)]
+            hanging = asyncio.create_task(client.post("/v1/chat/completions", json=unknown_app))
+            await wait_until_async(lambda: short.app.stats.active + long.app.stats.active > 0, timeout=30,
+                                   what="the unknown app's request upstream")
+            routed.append(await ask())
+            hanging.cancel()  # the client leaves; the gateway aborts the request upstream
+            await wait_until_async(lambda: short.app.stats.disconnects > 0, timeout=30, what="the abort upstream")
+            await wait_until_async(decided, timeout=30, what="the classifier placed by its history again")
+            routed.append(await ask())
+            return routed
+
+    whys: list[str | None] = []
+    routed = asyncio.run(scenario())
+    assert routed[8] == ("short", "history")
+    assert short.app.stats.disconnects == 1  # the merge had sent the unknown app to the short pool
+    assert routed[9] == ("long", "merged")  # not held behind it
+    assert "max_tokens" not in long.app.stats.recent_bodies[-1]  # sent as asked
+    assert routed[10] == ("short", "history")
+    if continue_long:
+        assert "the short pool serves requests the merge placed: placed by the merge, not cut" in str(whys[9])
 
 
 def test_with_decided_after_0_the_pools_wait_for_the_pool_wide_recall(
