@@ -67,8 +67,9 @@ class BasePoolConfig(_Frozen):
     `short_threshold` (at most half of it, or at least twice it) goes to the pool for that side, whatever
     `min_recall` says of the split (pool reason `history`); one answer out of line hands it back to the split or the
     merge. Apps whose answers never straddle the threshold are routed after this many, not after the 64 short
-    answers over all traffic that `min_recall` waits for (docs/tuning.md). With `continue_long`, a template so
-    decided short is not cut, and one decided long starts long. 0: off"""
+    answers over all traffic that `min_recall` waits for (docs/tuning.md). While the merge has requests in this
+    pool, a template decided short goes where the merge sends it (pool reason `merged`), not behind them. With
+    `continue_long`, a template so decided short is not cut, and one decided long starts long. 0: off"""
     continue_long: bool = False
     """with `output: short`: start short, continue long (both pools of kind openai). A plain-text answer (no tools,
     `response_format`, guided decoding, `n` > 1, `logprobs`, `echo`, `best_of`, `seed`, presence or frequency

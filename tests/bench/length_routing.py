@@ -371,13 +371,14 @@ def gateway_reading(before: str, after: str) -> dict[str, float]:
 
 # ---- the layouts ---------------------------------------------------------------------------------
 
-LAYOUTS = ("one pool", "oracle split", "predicted split", "predicted split, before", "start short, continue long",
-           "predicted split, priority", "continue long, priority")
+LAYOUTS = ("one pool", "oracle split", "predicted split", "predicted split, before", "predicted split, before, again",
+           "start short, continue long", "predicted split, priority", "continue long, priority")
 # a continued layout -> the same without continuation, whose long answers start in the long pool: the seam of the
 # one is held to the long answers' TTFT of the other
 CONTINUED = {"start short, continue long": "predicted split", "continue long, priority": "predicted split, priority"}
 OLD_BEHAVIOUR = {"continue_long": False, "priority_hints": False, "decided_after": 0}
 NEW, BEFORE = "predicted split", "predicted split, before"  # issue 54: templates placed by their own history
+AGAIN = "predicted split, before, again"  # the same layout and arrivals twice in a pass: what the machine's noise does
 
 
 def layouts(shims: list[str], model: str) -> dict[str, tuple[list[dict[str, Any]], bool]]:
@@ -394,6 +395,7 @@ def layouts(shims: list[str], model: str) -> dict[str, tuple[list[dict[str, Any]
             "oracle split": (split(False, continue_long=False, min_recall=0), True),
             "predicted split": (split(False, continue_long=False), False),
             "predicted split, before": (split(False, continue_long=False, decided_after=0), False),
+            AGAIN: (split(False, continue_long=False, decided_after=0), False),
             "start short, continue long": (split(False, continue_long=True), False),
             "predicted split, priority": (split(True, continue_long=False), False),
             "continue long, priority": (split(True, continue_long=True), False)}
@@ -692,6 +694,15 @@ def issue_table(goals: dict[str, dict[str, Any]], rows: dict[str, dict[str, Any]
     return lines
 
 
+def pass_table(runs: Runs) -> list[str]:
+    """Each pass's short-answer TTFT p95, layout by layout."""
+    names = list(runs)
+    lines = ["| pass | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for number, row in enumerate(zip(*runs.values(), strict=False), 1):
+        lines.append(f"| {number} | " + " | ".join(f"{p.get('short_ttft_p95_ms', math.nan):.0f}" for p in row) + " |")
+    return lines
+
+
 def issue_summary(result: dict[str, Any]) -> list[str]:
     """Issue 54's targets for ``predicted split`` over every rate: PASS where every rate's verdict is."""
     blocks = [block["targets"][NEW]["issue_54"] for block in result["rates"].values()
@@ -725,6 +736,9 @@ def markdown(result: dict[str, Any]) -> str:
         if block["targets"] and BEFORE in block["layouts"]:
             parts += ["", f"Issue 54's targets at {rate}/s:", "",
                       *issue_table(block["targets"], block["layouts"], result["congested_rate"])]
+        if AGAIN in block["layouts"]:
+            parts += ["", f"Short TTFT p95 ms pass by pass at {rate}/s ({BEFORE} twice: the noise of the same "
+                      "layout and arrivals):", "", *pass_table(result["passes"][rate])]
     everywhere = {name: [block["targets"][name]["short_p95_never_worse"] for block in result["rates"].values()
                          if name in block["targets"]] for name in LAYOUTS}
     parts += ["", "Short-answer TTFT p95 no worse than one pool's in every pass at every rate: " + ", ".join(
