@@ -109,7 +109,7 @@ def _by_length(serving: Sequence[P], by_name: Mapping[str, P], predicted_p90: in
                 return short, PoolReason.HISTORY
             # the merge has sent the short pool answers of unknown length: a short answer held there waits behind
             # them, so it goes where the merge sends it
-            return (short if short.load <= long.load else long), PoolReason.MERGED
+            return merged(short, long), PoolReason.MERGED
     if short is not None and continuable and short.option.continue_long:
         long = long_pool(serving, short)
         if long is not None:
@@ -119,10 +119,15 @@ def _by_length(serving: Sequence[P], by_name: Mapping[str, P], predicted_p90: in
                 return short, PoolReason.START_SHORT
             return long, PoolReason.LENGTH
     if short is not None and not short.splits:
-        other = next((pool for pool in serving if pool.option.kind != "short"), None)
-        if other is not None:
-            return (short if short.load <= other.load else other), PoolReason.MERGED
+        long = long_pool(serving, short)
+        if long is not None:
+            return merged(short, long), PoolReason.MERGED
     return by_name[choose_by_length([pool.option for pool in serving], predicted_p90).name], PoolReason.LENGTH
+
+
+def merged(short: P, long: P) -> P:
+    """Where the merge sends a request: the less loaded of the two pools, the short one on a tie."""
+    return short if short.load <= long.load else long
 
 
 def long_pool(serving: Sequence[P], short: P) -> P | None:
